@@ -1,0 +1,144 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// OnTimeout says what happens to later groups when a group is not ready within its timeout.
+// +kubebuilder:validation:Enum=Block;Release
+type OnTimeout string
+
+const (
+	// OnTimeoutBlock keeps later groups gated; the group's wait Job fails and a Warning Event is emitted.
+	OnTimeoutBlock OnTimeout = "Block"
+	// OnTimeoutRelease releases later groups anyway, with a Warning Event.
+	OnTimeoutRelease OnTimeout = "Release"
+)
+
+// Teardown says whether the group order is also enforced on deletion.
+// +kubebuilder:validation:Enum=Ordered;Disabled
+type Teardown string
+
+const (
+	// TeardownOrdered holds a deleted group until every later group of its sequence is gone.
+	TeardownOrdered Teardown = "Ordered"
+	// TeardownDisabled deletes members in whatever order the client chooses.
+	TeardownDisabled Teardown = "Disabled"
+)
+
+// WavePolicySpec declares the groups of ordered deployments and how wavegate treats them.
+// +kubebuilder:validation:XValidation:rule="!has(self.requireKnownGroups) || !self.requireKnownGroups || (has(self.groups) && size(self.groups) > 0)",message="requireKnownGroups needs at least one entry in groups"
+type WavePolicySpec struct {
+	// GroupLabel names an existing label that carries an object's group, for example
+	// app.kubernetes.io/component, so that manifests need no change. The label wavegate.io/group
+	// always works and wins when both are set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self != 'wavegate.io/group-order' && self != 'wavegate.io/order' && self != 'wavegate.io/sequence'",message="groupLabel must not be one of wavegate's other labels"
+	GroupLabel string `json:"groupLabel,omitempty"`
+
+	// Groups maps group names to their order. Lower orders come first on creation and last on teardown.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Groups []GroupSpec `json:"groups,omitempty"`
+
+	// RequireKnownGroups denies objects whose group is not listed in groups, instead of accepting the
+	// order from the wavegate.io/group-order label.
+	// +optional
+	RequireKnownGroups bool `json:"requireKnownGroups,omitempty"`
+
+	// Defaults apply to every group that does not override them.
+	// +optional
+	Defaults GroupDefaults `json:"defaults,omitempty"`
+}
+
+// GroupDefaults are the settings a group inherits.
+type GroupDefaults struct {
+	// Timeout bounds how long later groups wait for a group to become ready.
+	// +optional
+	// +kubebuilder:default="10m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// OnTimeout says what happens to later groups after the timeout.
+	// +optional
+	// +kubebuilder:default=Block
+	OnTimeout OnTimeout `json:"onTimeout,omitempty"`
+
+	// Teardown enforces the reverse order on deletion.
+	// +optional
+	// +kubebuilder:default=Ordered
+	Teardown Teardown `json:"teardown,omitempty"`
+}
+
+// GroupSpec is one group of a policy.
+type GroupSpec struct {
+	// Name is the group, as it appears in the group label. It must be a valid label value.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Name string `json:"name"`
+
+	// Order of the group. The derived Argo CD sync-wave is order x 100 + the component order.
+	// +kubebuilder:validation:Minimum=-1000
+	// +kubebuilder:validation:Maximum=1000
+	Order int32 `json:"order"`
+
+	// Required makes later groups wait for this group even while it has no members, for example
+	// when it is applied later or by a separate sync.
+	// +optional
+	Required bool `json:"required,omitempty"`
+
+	// Timeout overrides defaults.timeout.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// OnTimeout overrides defaults.onTimeout.
+	// +optional
+	OnTimeout OnTimeout `json:"onTimeout,omitempty"`
+
+	// Teardown overrides defaults.teardown.
+	// +optional
+	Teardown Teardown `json:"teardown,omitempty"`
+}
+
+// WavePolicyStatus reports whether the policy is in effect.
+type WavePolicyStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready is True when the policy is in effect without conflicts.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WavePolicy orders groups of resources across the cluster: group names to orders, the label that
+// carries the group, timeouts and teardown.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=wp;wavepol
+// +kubebuilder:printcolumn:name="Group label",type=string,JSONPath=`.spec.groupLabel`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WavePolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   WavePolicySpec   `json:"spec,omitempty"`
+	Status WavePolicyStatus `json:"status,omitempty"`
+}
+
+// WavePolicyList is a list of WavePolicy.
+// +kubebuilder:object:root=true
+type WavePolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WavePolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WavePolicy{}, &WavePolicyList{})
+}

@@ -1,0 +1,80 @@
+package cmd
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"wavegate.io/wavegate/pkg/manager"
+)
+
+type managerOptions struct {
+	metricsAddr   string
+	probeAddr     string
+	webhookPort   int
+	certDir       string
+	leaderElect   bool
+	secureMetrics bool
+	enableHTTP2   bool
+	zap           zap.Options
+}
+
+func newManagerCommand() *cobra.Command {
+	o := managerOptions{zap: zap.Options{Development: false}}
+	c := &cobra.Command{
+		Use:   "manager",
+		Short: "Run the admission webhook and the controllers",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+			return runManager(cmd, o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint; 0 disables it")
+	f.BoolVar(&o.secureMetrics, "metrics-secure", true, "serve metrics over HTTPS with authentication and authorization")
+	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
+	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	f.StringVar(&o.certDir, "webhook-cert-dir", "", "directory holding tls.crt and tls.key (default: controller-runtime's)")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader for the controllers; every replica serves the webhook")
+	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "serve HTTP/2 (off: CVE-2023-44487 and CVE-2023-39325)")
+	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.zap.BindFlags(zapFlags)
+	f.AddGoFlagSet(zapFlags)
+	return c
+}
+
+func runManager(cmd *cobra.Command, o managerOptions) error {
+	var tlsOpts []func(*tls.Config)
+	if !o.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	tlsOpts = append(tlsOpts, func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 })
+	metrics := metricsserver.Options{BindAddress: o.metricsAddr, SecureServing: o.secureMetrics, TLSOpts: tlsOpts}
+	if o.secureMetrics {
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                 manager.Scheme(),
+		Metrics:                metrics,
+		HealthProbeBindAddress: o.probeAddr,
+		LeaderElection:         o.leaderElect,
+		LeaderElectionID:       "wavegate.io",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port: o.webhookPort, CertDir: o.certDir, TLSOpts: tlsOpts,
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := manager.Setup(mgr); err != nil {
+		return err
+	}
+	return mgr.Start(cmd.Context())
+}

@@ -1,0 +1,61 @@
+// Package keys holds every label, annotation, finalizer and scheduling-gate key wavegate reads or writes.
+// Nothing else in wavegate spells these strings.
+package keys
+
+const (
+	// Domain is the prefix of every wavegate key.
+	Domain = "wavegate.io"
+
+	// EnabledLabel on a Namespace opts it in: "true".
+	EnabledLabel = Domain + "/enabled"
+
+	// GroupLabel names the group an object belongs to. A WavePolicy may name another label
+	// (spec.groupLabel) that carries the group too.
+	GroupLabel = Domain + "/group"
+	// GroupOrderLabel gives the group's order when no WavePolicy defines the group.
+	GroupOrderLabel = Domain + "/group-order"
+	// OrderLabel orders components inside a group: 0 to MaxOrder.
+	OrderLabel = Domain + "/order"
+	// SequenceLabel separates independent sequences. Default: the object's namespace.
+	SequenceLabel = Domain + "/sequence"
+
+	// WaitJobLabel marks wavegate's companion wait Jobs: "true".
+	WaitJobLabel = Domain + "/wait-job"
+	// WaitGroupLabel on a wait Job names the group it waits for (not GroupLabel: that would make
+	// the Job a member).
+	WaitGroupLabel = Domain + "/wait-for-group"
+
+	// ResolvedDomain prefixes the annotations in which wavegate records what it resolved.
+	ResolvedDomain = "resolved." + Domain
+	// ResolvedSequenceAnnotation is the sequence the object belongs to.
+	ResolvedSequenceAnnotation = ResolvedDomain + "/sequence"
+	// ResolvedGroupAnnotation is the group the object belongs to.
+	ResolvedGroupAnnotation = ResolvedDomain + "/group"
+	// ResolvedGroupOrderAnnotation is the group's order.
+	ResolvedGroupOrderAnnotation = ResolvedDomain + "/group-order"
+	// ResolvedWaveAnnotation is the derived wave: group order x WavesPerGroup + order.
+	ResolvedWaveAnnotation = ResolvedDomain + "/wave"
+
+	// ArgoCDSyncWaveAnnotation is Argo CD's sync-wave annotation, stamped with the derived wave.
+	ArgoCDSyncWaveAnnotation = "argocd.argoproj.io/sync-wave"
+
+	// SchedulingGate holds a pod until every earlier group of its sequence is released.
+	SchedulingGate = Domain + "/ordered"
+	// TeardownFinalizer holds a deleted member until every later group of its sequence is gone.
+	TeardownFinalizer = Domain + "/ordered-teardown"
+
+	// FieldManager is the field manager of every write wavegate's controllers make.
+	FieldManager = "wavegate"
+)
+
+const (
+	// WavesPerGroup is the width of a group in waves: wave = group order x WavesPerGroup + order.
+	WavesPerGroup = 100
+	// MaxOrder is the highest component order inside a group.
+	MaxOrder = 49
+	// WaitJobWaveOffset places a group's wait Job after all of its components.
+	WaitJobWaveOffset = 50
+	// MinGroupOrder and MaxGroupOrder bound a group order, so that every wave fits Argo CD's int32.
+	MinGroupOrder = -1000
+	MaxGroupOrder = 1000
+)

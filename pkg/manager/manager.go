@@ -1,0 +1,51 @@
+// Package manager wires wavegate's webhook, policy store and controllers into a controller-runtime
+// manager. It holds no business logic.
+package manager
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/mutate"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+// Scheme knows the built-in kinds and wavegate's API.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("registering client-go types: %v", err))
+	}
+	if err := wavev1.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("registering wavegate types: %v", err))
+	}
+	return s
+}
+
+// +kubebuilder:rbac:groups=wavegate.io,resources=wavepolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=wavegate.io,resources=wavepolicies/status,verbs=get;patch;update
+
+// Setup adds wavegate's components to mgr.
+func Setup(mgr ctrl.Manager) error {
+	store := policy.NewStore(mgr.GetCache())
+	if err := mgr.Add(store); err != nil {
+		return fmt.Errorf("adding the policy store: %w", err)
+	}
+	mgr.GetWebhookServer().Register(mutate.Path, &webhook.Admission{Handler: &mutate.Handler{Policies: store}})
+
+	if err := mgr.AddReadyzCheck("policies", store.ReadyCheck); err != nil {
+		return fmt.Errorf("adding the policies readiness check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("adding the webhook readiness check: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return fmt.Errorf("adding the webhook health check: %w", err)
+	}
+	return nil
+}
