@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/mutate"
@@ -36,7 +35,7 @@ func Setup(mgr ctrl.Manager) error {
 	if err := mgr.Add(store); err != nil {
 		return fmt.Errorf("adding the policy store: %w", err)
 	}
-	mgr.GetWebhookServer().Register(mutate.Path, &webhook.Admission{Handler: &mutate.Handler{Policies: store}})
+	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store})
 
 	if err := mgr.AddReadyzCheck("policies", store.ReadyCheck); err != nil {
 		return fmt.Errorf("adding the policies readiness check: %w", err)

@@ -4,17 +4,11 @@
 package mutate
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
-	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -22,7 +16,7 @@ import (
 	"wavegate.io/wavegate/pkg/resolve"
 )
 
-// Path is where the webhook server serves the handler.
+// Path is where the webhook server serves the mutating webhook.
 const Path = "/mutate-wavegate"
 
 // The webhook configuration is generated from this marker; config/webhook adds the namespace and
@@ -35,58 +29,30 @@ type PolicySource interface {
 	Index() *policy.Index
 }
 
-// Handler mutates group members at admission.
-type Handler struct {
-	Policies PolicySource
-}
-
-var _ admission.Handler = &Handler{}
-
-// Handle implements admission.Handler.
-func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("")
-	}
-	if len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview for %s has no object", req.Kind.Kind))
-	}
-	idx := h.Policies.Index()
-	if idx == nil {
-		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("wavegate has not loaded its WavePolicies yet; retry"))
-	}
-	var obj partialObject
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", req.Kind.Kind, klog.KRef(req.Namespace, req.Name), err))
-	}
-	resp := Mutate(&obj, Request{
-		GroupKind: schema.GroupKind{Group: req.Kind.Group, Kind: req.Kind.Kind},
-		Namespace: req.Namespace,
-	}, idx)
-	if !resp.Allowed {
-		ctrl.LoggerFrom(ctx).V(1).Info("Denied", "kind", req.Kind.Kind, "object", klog.KRef(req.Namespace, req.Name), "reason", resp.Result.Message)
-	}
-	return resp
-}
-
 // Request is what Mutate needs to know of the admission request besides the object.
 type Request struct {
 	GroupKind schema.GroupKind
 	Namespace string
 }
 
+var (
+	podGroupKind       = schema.GroupKind{Kind: "Pod"}
+	namespaceGroupKind = schema.GroupKind{Kind: "Namespace"}
+)
+
 // Mutate returns the admission response for a decoded object: the patch operations that stamp the
-// derived waves, or a denial that names the field to fix.
+// derived waves, or a denial that names the field to fix. It is a pure function of its arguments.
 func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Response {
-	if obj.Metadata.DeletionTimestamp != nil {
+	if obj.Deleting {
 		return admission.Allowed("being deleted")
 	}
-	if req.GroupKind == (schema.GroupKind{Kind: "Namespace"}) {
+	if req.GroupKind == namespaceGroupKind {
 		return admission.Allowed("namespaces are not group members")
 	}
-	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, Labels: obj.Metadata.Labels}, idx)
+	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, Labels: obj.Labels}, idx)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
-		if req.GroupKind == (schema.GroupKind{Kind: "Pod"}) {
+		if req.GroupKind == podGroupKind {
 			// A controller creates pods from a template admitted earlier: denying would stall it.
 			return admission.Allowed("").WithWarnings("wavegate ignored this pod: " + msg)
 		}
@@ -99,7 +65,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	var warnings []string
 	want := resolve.Annotations(res)
 	wave := want[keys.ResolvedWaveAnnotation]
-	have := obj.Metadata.Annotations
+	have := obj.Annotations
 	if cur, ok := have[keys.ArgoCDSyncWaveAnnotation]; ok && cur != wave && cur != have[keys.ResolvedWaveAnnotation] {
 		warnings = append(warnings, fmt.Sprintf(
 			"metadata.annotations[%s]: keeping the explicit sync-wave %s; wavegate derived %s from group %q (remove the annotation to use it)",
@@ -109,13 +75,12 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	}
 	ops := setEntries(nil, "/metadata/annotations", have, want)
 
-	if tpl, path := obj.template(req.GroupKind); tpl != nil {
-		labels := resolve.TemplateLabels(res, obj.Metadata.Labels)
-		switch {
-		case tpl.Metadata == nil:
-			ops = append(ops, jsonpatch.NewOperation("add", path+"/metadata", map[string]any{"labels": labels}))
-		default:
-			ops = setEntries(ops, path+"/metadata/labels", tpl.Metadata.Labels, labels)
+	if tpl := obj.Template; tpl != nil {
+		labels := resolve.TemplateLabels(res, obj.Labels)
+		if !tpl.HasMetadata {
+			ops = append(ops, jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels}))
+		} else {
+			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 		}
 	}
 	if len(ops) == 0 {

@@ -1,65 +1,112 @@
 package mutate
 
 import (
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	"fmt"
+
+	"github.com/valyala/fastjson"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// partialObject is the part of an admitted object that wavegate reads. Decoding only these fields
-// keeps the review path cheap for large objects; everything else is skipped by the decoder.
+// partialObject is the part of an admitted object that wavegate reads. Reading only these fields
+// keeps the review path cheap for large objects.
 type partialObject struct {
-	Metadata partialMeta `json:"metadata"`
-	Spec     *struct {
-		Template    *podTemplate `json:"template"`
-		JobTemplate *struct {
-			Spec *struct {
-				Template *podTemplate `json:"template"`
-			} `json:"spec"`
-		} `json:"jobTemplate"`
-		SchedulingGates []struct {
-			Name string `json:"name"`
-		} `json:"schedulingGates"`
-	} `json:"spec"`
-}
-
-type partialMeta struct {
-	Labels            map[string]string `json:"labels"`
-	Annotations       map[string]string `json:"annotations"`
-	Finalizers        []string          `json:"finalizers"`
-	DeletionTimestamp *v1.Time          `json:"deletionTimestamp"`
+	Labels      map[string]string
+	Annotations map[string]string
+	Deleting    bool
+	// Template is the pod template of a workload, nil for other kinds.
+	Template *podTemplate
 }
 
 type podTemplate struct {
-	Metadata *struct {
-		Labels map[string]string `json:"labels"`
-	} `json:"metadata"`
+	// Path is the JSON pointer of the template.
+	Path string
+	// HasMetadata is false when the template has no metadata at all.
+	HasMetadata bool
+	Labels      map[string]string
 }
 
-// templateKinds are the workloads whose pod templates carry the group identity, with the JSON
-// pointer of their template.
-var templateKinds = map[schema.GroupKind]string{
-	{Group: "apps", Kind: "Deployment"}:  "/spec/template",
-	{Group: "apps", Kind: "StatefulSet"}: "/spec/template",
-	{Group: "apps", Kind: "DaemonSet"}:   "/spec/template",
-	{Group: "apps", Kind: "ReplicaSet"}:  "/spec/template",
-	{Group: "batch", Kind: "Job"}:        "/spec/template",
-	{Group: "batch", Kind: "CronJob"}:    "/spec/jobTemplate/spec/template",
+// templatePaths are the workloads whose pod templates carry the group identity, with the path of
+// their template.
+var templatePaths = map[schema.GroupKind][]string{
+	{Group: "apps", Kind: "Deployment"}:  {"spec", "template"},
+	{Group: "apps", Kind: "StatefulSet"}: {"spec", "template"},
+	{Group: "apps", Kind: "DaemonSet"}:   {"spec", "template"},
+	{Group: "apps", Kind: "ReplicaSet"}:  {"spec", "template"},
+	{Group: "batch", Kind: "Job"}:        {"spec", "template"},
+	{Group: "batch", Kind: "CronJob"}:    {"spec", "jobTemplate", "spec", "template"},
 }
 
-// template returns the pod template of a workload and its JSON pointer, or nil.
-func (o *partialObject) template(gk schema.GroupKind) (*podTemplate, string) {
-	path, ok := templateKinds[gk]
-	if !ok || o.Spec == nil {
-		return nil, ""
+// decodeObject reads a parsed object. It fails, naming the field, when a field wavegate reads has
+// the wrong JSON type.
+func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error) {
+	if v.Type() != fastjson.TypeObject {
+		return nil, fmt.Errorf("the object is a JSON %s, not an object", v.Type())
 	}
-	if gk.Kind == "CronJob" {
-		if o.Spec.JobTemplate == nil || o.Spec.JobTemplate.Spec == nil || o.Spec.JobTemplate.Spec.Template == nil {
-			return nil, ""
+	o := &partialObject{}
+	var err error
+	if o.Labels, err = stringMap(v, "metadata", "labels"); err != nil {
+		return nil, err
+	}
+	if o.Annotations, err = stringMap(v, "metadata", "annotations"); err != nil {
+		return nil, err
+	}
+	if ts := v.Get("metadata", "deletionTimestamp"); ts != nil && ts.Type() != fastjson.TypeNull {
+		o.Deleting = true
+	}
+	if path, ok := templatePaths[gk]; ok {
+		if tpl := v.Get(path...); tpl != nil && tpl.Type() == fastjson.TypeObject {
+			o.Template = &podTemplate{Path: pointer(path)}
+			if md := tpl.Get("metadata"); md != nil && md.Type() != fastjson.TypeNull {
+				o.Template.HasMetadata = true
+				if o.Template.Labels, err = stringMap(md, "labels"); err != nil {
+					return nil, fmt.Errorf("%s.metadata.%w", dotted(path), err)
+				}
+			}
 		}
-		return o.Spec.JobTemplate.Spec.Template, path
 	}
-	if o.Spec.Template == nil {
-		return nil, ""
+	return o, nil
+}
+
+// stringMap reads a JSON object of strings; a missing or null one is nil.
+func stringMap(v *fastjson.Value, path ...string) (map[string]string, error) {
+	f := v.Get(path...)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil, nil
 	}
-	return o.Spec.Template, path
+	obj, err := f.Object()
+	if err != nil {
+		return nil, fmt.Errorf("%s: must be an object of strings", dotted(path))
+	}
+	out := make(map[string]string, obj.Len())
+	obj.Visit(func(k []byte, val *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		s, e := val.StringBytes()
+		if e != nil {
+			err = fmt.Errorf("%s[%s]: must be a string", dotted(path), k)
+			return
+		}
+		out[string(k)] = string(s)
+	})
+	return out, err
+}
+
+func pointer(path []string) string {
+	s := ""
+	for _, p := range path {
+		s += "/" + p
+	}
+	return s
+}
+
+func dotted(path []string) string {
+	s := ""
+	for i, p := range path {
+		if i > 0 {
+			s += "."
+		}
+		s += p
+	}
+	return s
 }

@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 
 	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 )

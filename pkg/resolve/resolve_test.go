@@ -42,7 +42,7 @@ func TestResolve(t *testing.T) {
 			obj: Object{Namespace: "shop", Labels: map[string]string{"app": "x"}},
 		},
 		"order from the group-order label": {
-			obj: Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "2", keys.OrderLabel: "7"}},
+			obj:  Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "2", keys.OrderLabel: "7"}},
 			want: &Resolution{Sequence: "shop", Group: "db", GroupOrder: 2, Order: 7, Wave: 207, GroupLabel: keys.GroupLabel},
 		},
 		"negative group order": {

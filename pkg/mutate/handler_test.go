@@ -1,0 +1,358 @@
+package mutate
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/valyala/fastjson"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+var (
+	deploymentGK = schema.GroupKind{Group: "apps", Kind: "Deployment"}
+	cronJobGK    = schema.GroupKind{Group: "batch", Kind: "CronJob"}
+	jobGK        = schema.GroupKind{Group: "batch", Kind: "Job"}
+	configMapGK  = schema.GroupKind{Kind: "ConfigMap"}
+	podGK        = schema.GroupKind{Kind: "Pod"}
+)
+
+func meta(labels, annotations map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: "x", Namespace: "shop", Labels: labels, Annotations: annotations}
+}
+
+func deployment(labels, annotations map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: meta(labels, annotations),
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
+			},
+		},
+	}
+}
+
+// admit runs Mutate on obj and returns the response and the patched object as a generic map.
+func admit(t *testing.T, obj runtime.Object, gk schema.GroupKind, idx *policy.Index) (admission.Response, []byte) {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp := Mutate(parse(t, raw, gk), Request{GroupKind: gk, Namespace: "shop"}, idx)
+	if len(resp.Patches) == 0 {
+		return resp, raw
+	}
+	patch, err := json.Marshal(resp.Patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("applying %s: %v", patch, err)
+	}
+	return resp, out
+}
+
+func parse(t *testing.T, raw []byte, gk schema.GroupKind) *partialObject {
+	t.Helper()
+	v, err := fastjson.ParseBytes(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := decodeObject(v, gk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+type observed struct {
+	Annotations    map[string]string
+	TemplateLabels map[string]string
+	Warnings       []string
+}
+
+func observe(t *testing.T, gk schema.GroupKind, raw []byte, resp admission.Response) observed {
+	t.Helper()
+	o := parse(t, raw, gk)
+	got := observed{Annotations: o.Annotations, Warnings: resp.Warnings}
+	if o.Template != nil {
+		got.TemplateLabels = o.Template.Labels
+	}
+	return got
+}
+
+func resolved(seq, group, groupOrder, wave string) map[string]string {
+	return map[string]string{
+		keys.ResolvedSequenceAnnotation: seq, keys.ResolvedGroupAnnotation: group,
+		keys.ResolvedGroupOrderAnnotation: groupOrder, keys.ResolvedWaveAnnotation: wave,
+	}
+}
+
+func with(m map[string]string, kv ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		out[kv[i]] = kv[i+1]
+	}
+	return out
+}
+
+func TestMutate(t *testing.T) {
+	web := map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "3", keys.OrderLabel: "1"}
+	idx := policy.Compile([]wavev1.WavePolicy{{
+		ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec:       wavev1.WavePolicySpec{GroupLabel: "app.kubernetes.io/component", Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}},
+	}})
+	cases := map[string]struct {
+		obj  runtime.Object
+		gk   schema.GroupKind
+		want observed
+	}{
+		"configmap without annotations": {
+			obj:  &corev1.ConfigMap{ObjectMeta: meta(web, nil)},
+			gk:   configMapGK,
+			want: observed{Annotations: with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301")},
+		},
+		"deployment: annotations and template labels": {
+			obj: deployment(web, map[string]string{"owner": "team-a"}),
+			gk:  deploymentGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301", "owner", "team-a"),
+				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
+			},
+		},
+		"deployment grouped by the policy's label": {
+			obj: deployment(map[string]string{"app.kubernetes.io/component": "database"}, nil),
+			gk:  deploymentGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "database", "1", "100"), keys.ArgoCDSyncWaveAnnotation, "100"),
+				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "database"},
+			},
+		},
+		"job without template metadata": {
+			obj: &batchv1.Job{ObjectMeta: meta(web, nil), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever}}}},
+			gk: jobGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+				TemplateLabels: map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
+			},
+		},
+		"cronjob template": {
+			obj: &batchv1.CronJob{ObjectMeta: meta(web, nil), Spec: batchv1.CronJobSpec{Schedule: "* * * * *",
+				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}}}}}},
+			gk: cronJobGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+				TemplateLabels: map[string]string{"a": "b", keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
+			},
+		},
+		"explicit sync-wave is kept with a warning": {
+			obj: &corev1.ConfigMap{ObjectMeta: meta(web, map[string]string{keys.ArgoCDSyncWaveAnnotation: "5"})},
+			gk:  configMapGK,
+			want: observed{
+				Annotations: with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "5"),
+				Warnings: []string{`metadata.annotations[argocd.argoproj.io/sync-wave]: keeping the explicit sync-wave "5"; ` +
+					`wavegate derived 301 from group "web" (remove the annotation to use it)`},
+			},
+		},
+		"sync-wave that wavegate stamped follows a new order": {
+			obj:  &corev1.ConfigMap{ObjectMeta: meta(web, with(resolved("shop", "web", "2", "201"), keys.ArgoCDSyncWaveAnnotation, "201"))},
+			gk:   configMapGK,
+			want: observed{Annotations: with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301")},
+		},
+		"unknown kinds get annotations only": {
+			obj: &unstructuredLike{APIVersion: "example.com/v1", Kind: "Widget", Metadata: meta(web, nil)},
+			gk:  schema.GroupKind{Group: "example.com", Kind: "Widget"},
+			want: observed{
+				Annotations: with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			resp, out := admit(t, tc.obj, tc.gk, idx)
+			if !resp.Allowed {
+				t.Fatalf("denied: %v", resp.Result)
+			}
+			if diff := cmp.Diff(tc.want, observe(t, tc.gk, out, resp)); diff != "" {
+				t.Errorf("after admission (-want,+got):\n%s", diff)
+			}
+			// A second pass over the webhook's own output must not change anything.
+			var again runtime.Object = &rawObject{raw: out}
+			resp2, _ := admit(t, again, tc.gk, idx)
+			if len(resp2.Patches) != 0 {
+				t.Errorf("second pass patched again: %+v", resp2.Patches)
+			}
+		})
+	}
+}
+
+func TestMutateSkipsAndDenials(t *testing.T) {
+	cases := map[string]struct {
+		obj         runtime.Object
+		gk          schema.GroupKind
+		wantAllowed bool
+		wantMessage string
+		wantWarning string
+	}{
+		"not a member": {
+			obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{"a": "b"}, nil)}, gk: configMapGK,
+			wantAllowed: true, wantMessage: "not a group member",
+		},
+		"being deleted": {
+			obj: &corev1.ConfigMap{ObjectMeta: func() metav1.ObjectMeta {
+				m := meta(map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1"}, nil)
+				now := metav1.Now()
+				m.DeletionTimestamp = &now
+				return m
+			}()}, gk: configMapGK,
+			wantAllowed: true, wantMessage: "being deleted",
+		},
+		"bad order is denied naming the label": {
+			obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "one"}, nil)}, gk: configMapGK,
+			wantMessage: `metadata.labels[wavegate.io/group-order]: Invalid value: "one": must be an integer from -1000 to 1000; fix or remove the label`,
+		},
+		"a pod with bad labels is admitted with a warning": {
+			obj: &corev1.Pod{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: podGK,
+			wantAllowed: true,
+			wantWarning: `wavegate ignored this pod: metadata.labels[wavegate.io/group-order]: Required value: group "db" has no order`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			resp, _ := admit(t, tc.obj, tc.gk, nil)
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed = %v, want %v (%v)", resp.Allowed, tc.wantAllowed, resp.Result)
+			}
+			if len(resp.Patches) != 0 {
+				t.Errorf("unexpected patches %v", resp.Patches)
+			}
+			if tc.wantMessage != "" && (resp.Result == nil || !strings.Contains(resp.Result.Message, tc.wantMessage)) {
+				t.Errorf("message = %v, want it to contain %q", resp.Result, tc.wantMessage)
+			}
+			if tc.wantWarning != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], tc.wantWarning)) {
+				t.Errorf("warnings = %q, want one containing %q", resp.Warnings, tc.wantWarning)
+			}
+		})
+	}
+}
+
+func TestPatchEscapesKeys(t *testing.T) {
+	ops := setEntries(nil, "/metadata/annotations", map[string]string{}, map[string]string{"a/b~c": "1"})
+	if diff := cmp.Diff("/metadata/annotations/a~1b~0c", ops[0].Path); diff != "" {
+		t.Error(diff)
+	}
+}
+
+// TestServeHTTP drives the handler through controller-runtime's webhook HTTP handling: the way the
+// API server reaches it, including garbage that never decodes.
+func TestServeHTTP(t *testing.T) {
+	wh := &Server{Policies: policy.NewStaticStore(&policy.Index{})}
+	cases := map[string]struct {
+		body     string
+		wantCode int32
+		wantMsg  string
+	}{
+		"not json":              {body: "{{{", wantCode: http.StatusBadRequest},
+		"empty review":          {body: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, wantCode: http.StatusBadRequest},
+		"object is not json":    {body: review(t, `"just a string"`), wantCode: http.StatusBadRequest, wantMsg: "decoding ConfigMap"},
+		"labels of wrong shape": {body: review(t, `{"metadata":{"labels":["a"]}}`), wantCode: http.StatusBadRequest, wantMsg: "metadata.labels: must be an object of strings"},
+		"label of wrong type":   {body: review(t, `{"metadata":{"labels":{"a":1}}}`), wantCode: http.StatusBadRequest, wantMsg: "metadata.labels[a]: must be a string"},
+		"wrong kind of review":  {body: `{"apiVersion":"v1","kind":"Pod"}`, wantCode: http.StatusBadRequest, wantMsg: "expected an admission.k8s.io/v1 AdmissionReview"},
+		"no object":             {body: review(t, ""), wantCode: http.StatusBadRequest, wantMsg: "has no object"},
+		"a member":              {body: review(t, `{"metadata":{"labels":{"wavegate.io/group":"db","wavegate.io/group-order":"1"}}}`), wantCode: http.StatusOK},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			wh.ServeHTTP(rec, req)
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+				t.Fatalf("response %q is not an AdmissionReview: %v", rec.Body.String(), err)
+			}
+			code := int32(http.StatusOK)
+			if out.Response.Result != nil && out.Response.Result.Code != 0 {
+				code = out.Response.Result.Code
+			}
+			if code != tc.wantCode {
+				t.Errorf("code = %d, want %d (%+v)", code, tc.wantCode, out.Response.Result)
+			}
+			if tc.wantCode != http.StatusOK && out.Response.Allowed {
+				t.Errorf("garbage was allowed")
+			}
+			if tc.wantMsg != "" && !strings.Contains(out.Response.Result.Message, tc.wantMsg) {
+				t.Errorf("message %q, want it to contain %q", out.Response.Result.Message, tc.wantMsg)
+			}
+		})
+	}
+}
+
+func TestUnloadedPoliciesAreRetryable(t *testing.T) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(review(t, `{}`)))
+	req.Header.Set("Content-Type", "application/json")
+	(&Server{Policies: &policy.Store{}}).ServeHTTP(rec, req)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Response.Allowed || out.Response.Result.Code != http.StatusServiceUnavailable || out.Response.UID != "1" {
+		t.Errorf("got %+v, want a 503 denial for uid 1", out.Response)
+	}
+}
+
+func review(t *testing.T, object string) string {
+	t.Helper()
+	obj := ""
+	if object != "" {
+		obj = `,"object":` + object
+	}
+	return `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1",` +
+		`"kind":{"group":"","version":"v1","kind":"ConfigMap"},"resource":{"group":"","version":"v1","resource":"configmaps"},` +
+		`"namespace":"shop","operation":"CREATE","userInfo":{}` + obj + `}}`
+}
+
+// rawObject and unstructuredLike let tests feed arbitrary JSON through admit.
+type rawObject struct {
+	runtime.Object
+	raw []byte
+}
+
+func (r *rawObject) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+type unstructuredLike struct {
+	runtime.Object `json:"-"`
+	APIVersion     string            `json:"apiVersion"`
+	Kind           string            `json:"kind"`
+	Metadata       metav1.ObjectMeta `json:"metadata"`
+}

@@ -1,0 +1,136 @@
+package mutate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/valyala/fastjson"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// maxReviewBytes bounds a request body, as controller-runtime does. The API server itself refuses
+// objects over 3 MiB, so a larger review is not from it.
+const maxReviewBytes = 7 << 20
+
+// Server serves AdmissionReviews over HTTP. It reads a review with a single validating JSON parse
+// and only the fields wavegate needs, instead of decoding the whole object several times as a
+// generic decoder does: the review path is on the critical path of every labeled object and pod.
+type Server struct {
+	Policies PolicySource
+
+	parsers fastjson.ParserPool
+	buffers sync.Pool
+}
+
+var _ http.Handler = &Server{}
+
+// ServeHTTP implements http.Handler. Every answer is an AdmissionReview; garbage gets a denial
+// with a 4xx code, never a panic.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	buf, _ := s.buffers.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	defer func() { buf.Reset(); s.buffers.Put(buf) }()
+
+	var resp admission.Response
+	uid := types.UID("")
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				ctrl.Log.Error(fmt.Errorf("%v", p), "Panic while reviewing", "uid", uid)
+				resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("wavegate failed to review the object"))
+			}
+		}()
+		uid, resp = s.review(r, buf)
+	}()
+	resp.UID = uid
+	if len(resp.Patches) > 0 {
+		patch, err := json.Marshal(resp.Patches)
+		if err != nil {
+			resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+			resp.UID = uid
+		} else {
+			pt := admissionv1.PatchTypeJSONPatch
+			resp.Patch, resp.PatchType = patch, &pt
+		}
+	}
+	out := admissionv1.AdmissionReview{Response: &resp.AdmissionResponse}
+	out.APIVersion, out.Kind = "admission.k8s.io/v1", "AdmissionReview"
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
+		ctrl.Log.Error(err, "Writing the admission response", "uid", uid)
+	}
+}
+
+func (s *Server) review(r *http.Request, buf *bytes.Buffer) (types.UID, admission.Response) {
+	if r.Method != http.MethodPost {
+		return "", admission.Errored(http.StatusMethodNotAllowed, fmt.Errorf("use POST, not %s", r.Method))
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		return "", admission.Errored(http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", ct))
+	}
+	if r.Body == nil {
+		return "", admission.Errored(http.StatusBadRequest, errors.New("the request has no body"))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewBytes+1))
+	if err != nil {
+		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("reading the request: %w", err))
+	}
+	if n > maxReviewBytes {
+		return "", admission.Errored(http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than %d bytes", maxReviewBytes))
+	}
+	p := s.parsers.Get()
+	defer s.parsers.Put(p)
+	v, err := p.ParseBytes(buf.Bytes())
+	if err != nil {
+		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("the request is not JSON: %w", err))
+	}
+	if api, kind := string(v.GetStringBytes("apiVersion")), string(v.GetStringBytes("kind")); api != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("expected an admission.k8s.io/v1 AdmissionReview, got %q %q", api, kind))
+	}
+	req := v.Get("request")
+	if req == nil || req.Type() != fastjson.TypeObject {
+		return "", admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview has no request"))
+	}
+	uid := types.UID(req.GetStringBytes("uid"))
+	if uid == "" {
+		return "", admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no uid"))
+	}
+	switch op := string(req.GetStringBytes("operation")); op {
+	case string(admissionv1.Create), string(admissionv1.Update):
+	case "":
+		return uid, admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no operation"))
+	default:
+		return uid, admission.Allowed("wavegate only mutates CREATE and UPDATE")
+	}
+	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
+	namespace, name := string(req.GetStringBytes("namespace")), string(req.GetStringBytes("name"))
+	raw := req.Get("object")
+	if raw == nil || raw.Type() == fastjson.TypeNull {
+		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview for %s has no object", gk.Kind))
+	}
+	idx := s.Policies.Index()
+	if idx == nil {
+		return uid, admission.Errored(http.StatusServiceUnavailable, errors.New("wavegate has not loaded its WavePolicies yet; retry"))
+	}
+	obj, err := decodeObject(raw, gk)
+	if err != nil {
+		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
+	}
+	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace}, idx)
+	if !resp.Allowed {
+		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
+	}
+	return uid, resp
+}
