@@ -8,8 +8,11 @@ export GOTOOLCHAIN := local
 CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/wavegate
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 KUSTOMIZE_VERSION ?= v5.8.1
-KUBE_VERSION := $(shell awk '$$1=="k8s.io/kubernetes"{print $$2}' test/tools/kube/go.mod)
-ETCD_VERSION := $(shell awk '$$1=="go.etcd.io/etcd/server/v3"{print $$2}' test/tools/etcd/go.mod)
+KUBE_VERSION := $(shell test/tools/version.sh kube k8s.io/kubernetes)
+ETCD_VERSION := $(shell test/tools/version.sh etcd go.etcd.io/etcd/server/v3)
+ifeq ($(KUBE_VERSION)$(ETCD_VERSION),)
+$(error cannot read the pinned Kubernetes and etcd versions from test/tools)
+endif
 CONTROLLER_GEN ?= $(CACHE)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
 GO_TEST_FLAGS ?= -timeout 20m

@@ -73,7 +73,7 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := manager.Setup(mgr); err != nil {
+	if _, err := manager.Setup(mgr); err != nil {
 		return err
 	}
 	return mgr.Start(cmd.Context())

@@ -29,22 +29,28 @@ func Scheme() *runtime.Scheme {
 // +kubebuilder:rbac:groups=wavegate.io,resources=wavepolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=wavegate.io,resources=wavepolicies/status,verbs=get;patch;update
 
+// Wavegate is what Setup added to a manager.
+type Wavegate struct {
+	// Policies is the compiled WavePolicies every replica serves admission from.
+	Policies *policy.Store
+}
+
 // Setup adds wavegate's components to mgr.
-func Setup(mgr ctrl.Manager) error {
+func Setup(mgr ctrl.Manager) (*Wavegate, error) {
 	store := policy.NewStore(mgr.GetCache())
 	if err := mgr.Add(store); err != nil {
-		return fmt.Errorf("adding the policy store: %w", err)
+		return nil, fmt.Errorf("adding the policy store: %w", err)
 	}
 	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store})
 
 	if err := mgr.AddReadyzCheck("policies", store.ReadyCheck); err != nil {
-		return fmt.Errorf("adding the policies readiness check: %w", err)
+		return nil, fmt.Errorf("adding the policies readiness check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return fmt.Errorf("adding the webhook readiness check: %w", err)
+		return nil, fmt.Errorf("adding the webhook readiness check: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return fmt.Errorf("adding the webhook health check: %w", err)
+		return nil, fmt.Errorf("adding the webhook health check: %w", err)
 	}
-	return nil
+	return &Wavegate{Policies: store}, nil
 }

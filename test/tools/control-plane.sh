@@ -13,8 +13,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 dest=$1; shift
 mkdir -p "$dest"
 
-kube_version=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$here/kube/go.mod")
-kwok_version=$(awk '$1=="sigs.k8s.io/kwok"{print $2}' "$here/kwok/go.mod")
+kube_version=$("$here/version.sh" kube k8s.io/kubernetes)
+kwok_version=$("$here/version.sh" kwok sigs.k8s.io/kwok)
 minor=$(echo "$kube_version" | cut -d. -f2)
 pkgs="k8s.io/component-base/version k8s.io/client-go/pkg/version"
 ldflags="-s -w"
@@ -23,12 +23,25 @@ for p in $pkgs; do
 	ldflags="$ldflags -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 
+check() { # binary args...: the binary must report the pinned version, or the stamping failed
+	local out
+	out=$("$@" 2>&1) || true
+	case $out in
+	*"$kube_version"*) ;;
+	*) echo "$1 reports '$out', not $kube_version" >&2; rm -f "$1"; exit 1 ;;
+	esac
+}
+
 build() { # dir name package ldflags
 	local dir=$1 name=$2 pkg=$3 flags=$4
 	if [ -x "$dest/$name" ]; then return; fi
 	echo ">> building $name into $dest (first run only; the whole control plane takes ~5-8 min cold)" >&2
 	local start=$SECONDS
 	(cd "$here/$dir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "$flags" -o "$dest/.$name.tmp" "$pkg")
+	case $name in
+	kube-*) check "$dest/.$name.tmp" --version ;;
+	kubectl) check "$dest/.$name.tmp" version --client ;;
+	esac
 	mv "$dest/.$name.tmp" "$dest/$name"
 	echo ">> built $name in $((SECONDS - start))s" >&2
 }

@@ -1,0 +1,205 @@
+// Package framework runs wavegate's integration tests against a real kube-apiserver and etcd
+// (built from Go modules by `make envtest-assets`), with wavegate's CRDs and the webhook
+// configuration rendered from config/ exactly as it is installed.
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"wavegate.io/wavegate/pkg/manager"
+)
+
+// Env is a running API server with wavegate's configuration installed.
+type Env struct {
+	env    *envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// RepoRoot returns the directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Start starts etcd and kube-apiserver from KUBEBUILDER_ASSETS and installs wavegate's CRDs and
+// webhook configuration.
+func Start() (*Env, error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is not set: run the tests with `make test`, which builds kube-apiserver and etcd")
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	hooks, err := RenderWebhooks(filepath.Join(root, "config", "webhook"))
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{env: &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks},
+	}}
+	if e.Config, err = e.env.Start(); err != nil {
+		return nil, fmt.Errorf("starting the API server: %w", err)
+	}
+	e.Config.QPS, e.Config.Burst = 200, 400
+	if e.Client, err = client.New(e.Config, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// zapLevel is errors only, unless WAVEGATE_TEST_LOG_LEVEL asks for a verbosity (0 = info).
+func zapLevel() zapcore.Level {
+	if v, err := strconv.Atoi(os.Getenv("WAVEGATE_TEST_LOG_LEVEL")); err == nil {
+		return zapcore.Level(-v)
+	}
+	return zapcore.ErrorLevel
+}
+
+// Stop stops the API server and etcd.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// WebhookOptions returns where the API server expects the webhook and the CA it trusts.
+func (e *Env) WebhookOptions() envtest.WebhookInstallOptions { return e.env.WebhookInstallOptions }
+
+// RenderWebhooks renders a kustomization and returns its MutatingWebhookConfigurations.
+func RenderWebhooks(dir string) ([]*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", dir, err)
+	}
+	var out []*admissionregistrationv1.MutatingWebhookConfiguration
+	for _, r := range m.Resources() {
+		if r.GetKind() != "MutatingWebhookConfiguration" {
+			continue
+		}
+		b, err := r.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		h := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := yaml.UnmarshalStrict(b, h); err != nil {
+			return nil, fmt.Errorf("decoding the rendered webhook configuration: %w", err)
+		}
+		out = append(out, h)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s renders no MutatingWebhookConfiguration", dir)
+	}
+	return out, nil
+}
+
+// Manager is a running wavegate manager.
+type Manager struct {
+	ctrl.Manager
+	Wavegate *manager.Wavegate
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+// StartManager starts a wavegate manager against the environment, serving the webhook where the
+// API server calls it, and returns once the webhook serves and the policies are loaded.
+func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
+	o := e.env.WebhookInstallOptions
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 manager.Scheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Host: o.LocalServingHost, Port: o.LocalServingPort, CertDir: o.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	wg, err := manager.Setup(mgr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	m := &Manager{Manager: mgr, Wavegate: wg, cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- mgr.Start(ctx) }()
+
+	addr := net.JoinHostPort(o.LocalServingHost, strconv.Itoa(o.LocalServingPort))
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-m.done:
+			return false, fmt.Errorf("the manager stopped: %w", err)
+		default:
+		}
+		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own server
+		if err != nil {
+			return false, nil
+		}
+		_ = conn.Close()
+		return wg.Policies.Synced(), nil
+	})
+	if err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("waiting for the webhook to serve: %w", err)
+	}
+	return m, nil
+}
+
+// Stop stops the manager and waits for it to exit.
+func (m *Manager) Stop() {
+	m.cancel()
+	<-m.done
+}
+
+// WebhookURL returns the URL the API server uses for the webhook at path, and a TLS config that
+// trusts its certificate, so that tests can send their own AdmissionReviews.
+func (e *Env) WebhookURL(path string) (string, *tls.Config) {
+	o := e.env.WebhookInstallOptions
+	pool := x509Pool(o.LocalServingCAData)
+	return "https://" + net.JoinHostPort(o.LocalServingHost, strconv.Itoa(o.LocalServingPort)) + path,
+		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// ContainsAll reports whether every entry of want is in got.
+func ContainsAll(got, want map[string]string) bool {
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			return false
+		}
+	}
+	return true
+}
