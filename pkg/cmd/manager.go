@@ -23,6 +23,7 @@ type managerOptions struct {
 	leaderElect   bool
 	secureMetrics bool
 	enableHTTP2   bool
+	wavegate      manager.Config
 	zap           zap.Options
 }
 
@@ -43,6 +44,8 @@ func newManagerCommand() *cobra.Command {
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&o.certDir, "webhook-cert-dir", "", "directory holding tls.crt and tls.key (default: controller-runtime's)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader for the controllers; every replica serves the webhook")
+	f.StringVar(&o.wavegate.WebhookConfigurationName, "webhook-configuration-name", manager.DefaultWebhookConfigurationName,
+		"wavegate's MutatingWebhookConfiguration, whose entries for policy group labels the manager maintains")
 	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "serve HTTP/2 (off: CVE-2023-44487 and CVE-2023-39325)")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
@@ -62,6 +65,7 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 manager.Scheme(),
+		Cache:                  manager.CacheOptions(o.wavegate),
 		Metrics:                metrics,
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
@@ -73,7 +77,7 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if _, err := manager.Setup(mgr); err != nil {
+	if _, err := manager.Setup(mgr, o.wavegate); err != nil {
 		return err
 	}
 	return mgr.Start(cmd.Context())

@@ -18,8 +18,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -139,8 +141,11 @@ type Manager struct {
 // API server calls it, and returns once the webhook serves and the policies are loaded.
 func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 	o := e.env.WebhookInstallOptions
+	cfg := manager.Config{WebhookConfigurationName: e.env.WebhookInstallOptions.MutatingWebhooks[0].Name}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 manager.Scheme(),
+		Cache:                  manager.CacheOptions(cfg),
+		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -150,7 +155,7 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	wg, err := manager.Setup(mgr)
+	wg, err := manager.Setup(mgr, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,83 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+)
+
+// Condition types and reasons of a WavePolicy.
+const (
+	ConditionReady = "Ready"
+	ReasonAccepted = "Accepted"
+	ReasonConflict = "Conflict"
+)
+
+// StatusReconciler reports on each WavePolicy whether it is in effect: Ready=False with reason
+// Conflict when another policy gives one of its groups a different order.
+type StatusReconciler struct {
+	Client client.Client
+}
+
+// SetupWithManager registers the controller. A change to any policy can create or resolve a
+// conflict in every other, so each event reconciles all policies.
+func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list wavev1.WavePolicyList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for _, p := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+		return reqs
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("wavepolicy-status").
+		For(&wavev1.WavePolicy{}).
+		Watches(&wavev1.WavePolicy{}, all).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &wavev1.WavePolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var list wavev1.WavePolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing WavePolicies: %w", err)
+	}
+	idx := Compile(list.Items)
+	var conflicts []string
+	for _, g := range p.Spec.Groups {
+		if c := idx.Conflict(g.Name); c != "" {
+			conflicts = append(conflicts, c)
+		}
+	}
+	cond := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonAccepted,
+		Message: fmt.Sprintf("%d groups in effect", len(p.Spec.Groups)), ObservedGeneration: p.Generation}
+	if len(conflicts) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
+		cond.Message = strings.Join(conflicts, "; ") + ": members of these groups are denied until the policies agree"
+	}
+	before := p.DeepCopy()
+	p.Status.ObservedGeneration = p.Generation
+	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("patching the status of %s: %w", klog.KObj(p), err)
+	}
+	return ctrl.Result{}, nil
+}

@@ -1,0 +1,85 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/webhookconfig"
+)
+
+// TestPolicyGroupLabelReachesTheWebhook: a policy naming an existing label makes objects that
+// carry only that label members, without any manifest change.
+func TestPolicyGroupLabelReachesTheWebhook(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t, true)
+	const component = "app.kubernetes.io/component"
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "components-" + ns}, Spec: wavev1.WavePolicySpec{
+		GroupLabel: component,
+		Groups:     []wavev1.GroupSpec{{Name: "database", Order: 1}, {Name: "frontend", Order: 3}},
+	}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "fe-", Namespace: ns, Labels: labels(component, "frontend")}}
+		g.Expect(env.Client.Create(ctx, cm, client.DryRunAll)).To(Succeed())
+		g.Expect(cm.Annotations).To(Equal(resolvedAnnotations(ns, "frontend", "3", "300")))
+	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+
+	d := deployment(ns, "web", labels(component, "frontend"))
+	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
+	g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue("wavegate.io/group", "frontend"), "its pods must reach the webhook as members")
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		c := meta.FindStatusCondition(p.Status.Conditions, policy.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+
+	// Deleting the policy removes the entry: the label means nothing to wavegate again.
+	g.Expect(env.Client.Delete(ctx, p)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "mutating-webhook-configuration"}, cfg)).To(Succeed())
+		for _, w := range cfg.Webhooks {
+			g.Expect(w.Name).NotTo(Equal(webhookconfig.EntryName(component)))
+		}
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+func TestConflictingPoliciesReportIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t, true)
+	group := "shared-" + ns
+	a := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "a-" + ns}, Spec: wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: group, Order: 1}}}}
+	b := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "b-" + ns}, Spec: wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: group, Order: 2}}}}
+	for _, p := range []*wavev1.WavePolicy{a, b} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	}
+	for _, p := range []*wavev1.WavePolicy{a, b} {
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+			c := meta.FindStatusCondition(p.Status.Conditions, policy.ConditionReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(policy.ReasonConflict))
+			g.Expect(c.Message).To(ContainSubstring(`define group "` + group + `" with orders 1 and 2`))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "c-", Namespace: ns, Labels: labels("wavegate.io/group", group)}}
+		g.Expect(env.Client.Create(ctx, cm, client.DryRunAll)).To(MatchError(ContainSubstring("make the policies agree")))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
