@@ -52,6 +52,40 @@ type WavePolicySpec struct {
 	// Defaults apply to every group that does not override them.
 	// +optional
 	Defaults GroupDefaults `json:"defaults,omitempty"`
+
+	// Readiness adjusts how wavegate decides that a member is ready.
+	// +optional
+	Readiness Readiness `json:"readiness,omitempty"`
+}
+
+// Readiness adjusts readiness for kinds that kstatus cannot judge.
+type Readiness struct {
+	// AssumeReadyWithoutConditions counts a custom resource that reports no conditions at all as
+	// ready. Off by default: a CR whose controller has not reported yet is not ready.
+	// +optional
+	AssumeReadyWithoutConditions bool `json:"assumeReadyWithoutConditions,omitempty"`
+
+	// Rules give per-kind CEL expressions over the object (as `self`), like Flux's healthCheckExprs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Rules []ReadinessRule `json:"rules,omitempty"`
+}
+
+// ReadinessRule decides readiness of one kind with CEL. Expressions see the object as `self`.
+// The first of failed, current that is true decides; when neither is, the object is in progress.
+type ReadinessRule struct {
+	// APIVersion of the kind, for example example.com/v1.
+	// +kubebuilder:validation:MinLength=1
+	APIVersion string `json:"apiVersion"`
+	// Kind, for example Widget.
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+	// Current is true when the object is ready.
+	// +kubebuilder:validation:MinLength=1
+	Current string `json:"current"`
+	// Failed is true when the object failed for good.
+	// +optional
+	Failed string `json:"failed,omitempty"`
 }
 
 // GroupDefaults are the settings a group inherits.
