@@ -12,6 +12,6 @@ import (
 
 func main() {
 	if err := cmd.New().ExecuteContext(ctrl.SetupSignalHandler()); err != nil {
-		os.Exit(1)
+		os.Exit(cmd.ExitCode(err))
 	}
 }

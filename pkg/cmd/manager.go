@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -46,6 +47,9 @@ func newManagerCommand() *cobra.Command {
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader for the controllers; every replica serves the webhook")
 	f.StringVar(&o.wavegate.WebhookConfigurationName, "webhook-configuration-name", manager.DefaultWebhookConfigurationName,
 		"wavegate's MutatingWebhookConfiguration, whose entries for policy group labels the manager maintains")
+	f.StringVar(&o.wavegate.Namespace, "namespace", envOr("POD_NAMESPACE", "wavegate-system"), "wavegate's namespace")
+	f.StringVar(&o.wavegate.WaiterImage, "waiter-image", envOr("WAVEGATE_IMAGE", "wavegate:latest"),
+		"the image wait Jobs run: wavegate's own image")
 	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "serve HTTP/2 (off: CVE-2023-44487 and CVE-2023-39325)")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
@@ -81,4 +85,11 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 		return err
 	}
 	return mgr.Start(cmd.Context())
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

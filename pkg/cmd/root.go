@@ -2,6 +2,8 @@
 package cmd
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 )
 
@@ -13,6 +15,15 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newManagerCommand())
+	root.AddCommand(newManagerCommand(), newWaitCommand())
 	return root
+}
+
+// ExitCode is the process exit code for an error returned by the root command.
+func ExitCode(err error) int {
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return 1
 }

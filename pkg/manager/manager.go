@@ -3,19 +3,33 @@
 package manager
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/mutate"
 	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/sequence"
 	"wavegate.io/wavegate/pkg/webhookconfig"
 )
 
@@ -38,6 +52,10 @@ func Scheme() *runtime.Scheme {
 type Config struct {
 	// WebhookConfigurationName is wavegate's MutatingWebhookConfiguration.
 	WebhookConfigurationName string
+	// Namespace is wavegate's own namespace.
+	Namespace string
+	// WaiterImage is the image wait Jobs run (wavegate's own).
+	WaiterImage string
 }
 
 // DefaultWebhookConfigurationName is the name config/default installs.
@@ -46,17 +64,37 @@ const DefaultWebhookConfigurationName = "wavegate-mutating-webhook-configuration
 // CacheOptions restricts the manager's cache to what wavegate manages: its own webhook
 // configuration, not every one in the cluster.
 func CacheOptions(cfg Config) cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&admissionregistrationv1.MutatingWebhookConfiguration{}: {
-			Field: fields.OneTermEqualSelector("metadata.name", cfg.WebhookConfigurationName),
+	exists := func(key string) labels.Selector {
+		req, _ := labels.NewRequirement(key, selection.Exists, nil)
+		return labels.NewSelector().Add(*req)
+	}
+	waiterRBAC := labels.SelectorFromSet(labels.Set{sequence.WaiterRBACLabel: "true"})
+	return cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&admissionregistrationv1.MutatingWebhookConfiguration{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", cfg.WebhookConfigurationName),
+			},
+			// Only member pods and wait Jobs are cached, never the cluster's other pods and Jobs.
+			&corev1.Pod{}:                {Label: exists(keys.GroupLabel)},
+			&batchv1.Job{}:               {Label: labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"})},
+			&corev1.ServiceAccount{}:     {Label: waiterRBAC},
+			&rbacv1.Role{}:               {Label: waiterRBAC},
+			&rbacv1.RoleBinding{}:        {Label: waiterRBAC},
+			&rbacv1.ClusterRole{}:        {Label: waiterRBAC},
+			&rbacv1.ClusterRoleBinding{}: {Label: waiterRBAC},
 		},
-	}}
+	}
 }
 
 // Wavegate is what Setup added to a manager.
 type Wavegate struct {
 	// Policies is the compiled WavePolicies every replica serves admission from.
 	Policies *policy.Store
+	// Cleared is the pod templates admission lets start without a gate.
+	Cleared *sequence.ClearedStore
+	// Members tracks the group members (on the leader).
+	Members *members.Tracker
 }
 
 // Setup adds wavegate's components to mgr.
@@ -65,7 +103,31 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(store); err != nil {
 		return nil, fmt.Errorf("adding the policy store: %w", err)
 	}
-	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store})
+	cleared := sequence.NewClearedStore(mgr.GetCache())
+	if err := mgr.Add(cleared); err != nil {
+		return nil, fmt.Errorf("adding the cleared-templates store: %w", err)
+	}
+	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared})
+
+	tracker, err := newTracker(mgr, store)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(tracker); err != nil {
+		return nil, fmt.Errorf("adding the member tracker: %w", err)
+	}
+	if err := sequence.IndexPods(context.Background(), mgr); err != nil {
+		return nil, err
+	}
+	if err := (&sequence.Reconciler{
+		Client: mgr.GetClient(), Tracker: tracker, Policies: store, Recorder: mgr.GetEventRecorder("wavegate"),
+		Image: cfg.WaiterImage, Namespace: cfg.Namespace,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
+	}
+	if err := (&sequence.RBACReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the waiter RBAC controller: %w", err)
+	}
 
 	if err := (&policy.StatusReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the WavePolicy status controller: %w", err)
@@ -77,11 +139,41 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.AddReadyzCheck("policies", store.ReadyCheck); err != nil {
 		return nil, fmt.Errorf("adding the policies readiness check: %w", err)
 	}
+	if err := mgr.AddReadyzCheck("sequences", func(*http.Request) error {
+		if !cleared.Synced() {
+			return errors.New("Sequences not loaded yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the sequences readiness check: %w", err)
+	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, fmt.Errorf("adding the webhook readiness check: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, fmt.Errorf("adding the webhook health check: %w", err)
 	}
-	return &Wavegate{Policies: store}, nil
+	return &Wavegate{Policies: store, Cleared: cleared, Members: tracker}, nil
+}
+
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+
+func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error) {
+	cfg := mgr.GetConfig()
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &members.Tracker{
+		Dynamic: dyn, Metadata: md, Discovery: disco,
+		GroupLabels: func() []string { return store.Index().GroupLabels() },
+	}, nil
 }

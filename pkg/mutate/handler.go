@@ -29,10 +29,19 @@ type PolicySource interface {
 	Index() *policy.Index
 }
 
+// GateSource tells admission which pod templates the controller has cleared to start at once.
+type GateSource interface {
+	Cleared(sequence, group, template string) bool
+}
+
 // Request is what Mutate needs to know of the admission request besides the object.
 type Request struct {
 	GroupKind schema.GroupKind
 	Namespace string
+	// Create is true for CREATE: scheduling gates can only be added when a pod is created.
+	Create bool
+	// Gates is consulted for pods; nil gates every member pod.
+	Gates GateSource
 }
 
 var (
@@ -81,6 +90,17 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			ops = append(ops, jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels}))
 		} else {
 			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
+		}
+	}
+	if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
+		(req.Gates == nil || !req.Gates.Cleared(res.Sequence, res.Group, obj.templateToken())) {
+		// Every new member pod waits for the controller, unless its template was already cleared:
+		// the cache here may not have seen an earlier group that was created a moment ago.
+		gate := map[string]string{"name": keys.SchedulingGate}
+		if obj.HasGates {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/schedulingGates/-", gate))
+		} else {
+			ops = append(ops, jsonpatch.NewOperation("add", "/spec/schedulingGates", []any{gate}))
 		}
 	}
 	if len(ops) == 0 {

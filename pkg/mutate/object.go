@@ -5,6 +5,8 @@ import (
 
 	"github.com/valyala/fastjson"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"wavegate.io/wavegate/pkg/keys"
 )
 
 // partialObject is the part of an admitted object that wavegate reads. Reading only these fields
@@ -13,6 +15,10 @@ type partialObject struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Deleting    bool
+	// Controller is the UID of the object's controller, "" without one.
+	Controller string
+	// HasGates is true when spec.schedulingGates is present; Gated when it holds wavegate's gate.
+	HasGates, Gated bool
 	// Template is the pod template of a workload, nil for other kinds.
 	Template *podTemplate
 }
@@ -52,6 +58,19 @@ func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error
 	}
 	if ts := v.Get("metadata", "deletionTimestamp"); ts != nil && ts.Type() != fastjson.TypeNull {
 		o.Deleting = true
+	}
+	for _, ref := range v.GetArray("metadata", "ownerReferences") {
+		if ref.GetBool("controller") {
+			o.Controller = string(ref.GetStringBytes("uid"))
+		}
+	}
+	if gates := v.Get("spec", "schedulingGates"); gates != nil && gates.Type() == fastjson.TypeArray {
+		o.HasGates = true
+		for _, g := range gates.GetArray() {
+			if string(g.GetStringBytes("name")) == keys.SchedulingGate {
+				o.Gated = true
+			}
+		}
 	}
 	if path, ok := templatePaths[gk]; ok {
 		if tpl := v.Get(path...); tpl != nil && tpl.Type() == fastjson.TypeObject {
@@ -109,4 +128,17 @@ func dotted(path []string) string {
 		s += p
 	}
 	return s
+}
+
+// templateToken is the pod's template identity, as sequence.TemplateToken computes it from a pod.
+func (o *partialObject) templateToken() string {
+	if o.Controller == "" {
+		return ""
+	}
+	for _, k := range []string{"pod-template-hash", "controller-revision-hash"} {
+		if v, ok := o.Labels[k]; ok {
+			return o.Controller + "/" + v
+		}
+	}
+	return o.Controller
 }

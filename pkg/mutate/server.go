@@ -27,6 +27,8 @@ const maxReviewBytes = 7 << 20
 // generic decoder does: the review path is on the critical path of every labeled object and pod.
 type Server struct {
 	Policies PolicySource
+	// Gates tells which pod templates start without a gate; nil gates every member pod.
+	Gates GateSource
 
 	parsers fastjson.ParserPool
 	buffers sync.Pool
@@ -107,7 +109,8 @@ func (s *Server) review(r *http.Request, buf *bytes.Buffer) (types.UID, admissio
 	if uid == "" {
 		return "", admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no uid"))
 	}
-	switch op := string(req.GetStringBytes("operation")); op {
+	op := string(req.GetStringBytes("operation"))
+	switch op {
 	case string(admissionv1.Create), string(admissionv1.Update):
 	case "":
 		return uid, admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no operation"))
@@ -128,7 +131,7 @@ func (s *Server) review(r *http.Request, buf *bytes.Buffer) (types.UID, admissio
 	if err != nil {
 		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 	}
-	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace}, idx)
+	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace, Create: op == string(admissionv1.Create), Gates: s.Gates}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}

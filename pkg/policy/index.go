@@ -31,6 +31,7 @@ type Group struct {
 // Index is the compiled, read-only view of every WavePolicy. The zero value (and nil) is an index
 // without policies: groups take their order from labels.
 type Index struct {
+	readiness    map[string]wavev1.Readiness
 	groupLabels  []string
 	groups       map[string]Group
 	conflicts    map[string]string
@@ -44,7 +45,7 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 	sorted := slices.Clone(policies)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 
-	idx := &Index{groups: map[string]Group{}, conflicts: map[string]string{}}
+	idx := &Index{groups: map[string]Group{}, conflicts: map[string]string{}, readiness: map[string]wavev1.Readiness{}}
 	for i := range sorted {
 		p := &sorted[i]
 		if p.DeletionTimestamp != nil {
@@ -53,6 +54,7 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && !slices.Contains(idx.groupLabels, l) {
 			idx.groupLabels = append(idx.groupLabels, l)
 		}
+		idx.readiness[p.Name] = p.Spec.Readiness
 		if p.Spec.RequireKnownGroups {
 			idx.requireKnown = append(idx.requireKnown, p.Name)
 		}
@@ -147,4 +149,12 @@ func (i *Index) Groups() []Group {
 		return out[a].Name < out[b].Name
 	})
 	return out
+}
+
+// Readiness returns the readiness settings of a policy.
+func (i *Index) Readiness(policyName string) wavev1.Readiness {
+	if i == nil {
+		return wavev1.Readiness{}
+	}
+	return i.readiness[policyName]
 }

@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -32,6 +34,9 @@ import (
 
 	"wavegate.io/wavegate/pkg/manager"
 )
+
+// WavegateNamespace is wavegate's own namespace in tests.
+const WavegateNamespace = "wavegate-system"
 
 // Env is a running API server with wavegate's configuration installed.
 type Env struct {
@@ -83,6 +88,10 @@ func Start() (*Env, error) {
 	}
 	e.Config.QPS, e.Config.Burst = 200, 400
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: manager.Scheme()}); err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: WavegateNamespace}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -141,7 +150,11 @@ type Manager struct {
 // API server calls it, and returns once the webhook serves and the policies are loaded.
 func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 	o := e.env.WebhookInstallOptions
-	cfg := manager.Config{WebhookConfigurationName: e.env.WebhookInstallOptions.MutatingWebhooks[0].Name}
+	cfg := manager.Config{
+		WebhookConfigurationName: e.env.WebhookInstallOptions.MutatingWebhooks[0].Name,
+		Namespace:                WavegateNamespace,
+		WaiterImage:              "wavegate:test",
+	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 manager.Scheme(),
 		Cache:                  manager.CacheOptions(cfg),
@@ -175,7 +188,7 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 			return false, nil
 		}
 		_ = conn.Close()
-		return wg.Policies.Synced(), nil
+		return wg.Policies.Synced() && wg.Cleared.Synced(), nil
 	})
 	if err != nil {
 		m.Stop()

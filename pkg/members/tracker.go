@@ -1,0 +1,333 @@
+// Package members tracks the group members of every sequence: objects of any kind that carry a
+// group label. It runs one label-selected informer per (kind, group label), so unlabeled objects
+// are never cached, and strips managedFields and last-applied annotations from what it keeps.
+package members
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"wavegate.io/wavegate/pkg/keys"
+)
+
+// SequenceIndex indexes tracked objects by the sequence they belong to.
+const SequenceIndex = "wavegate.io/sequence"
+
+// skipped are resources that are never group members: high-volume or derived objects.
+var skipped = map[schema.GroupResource]bool{
+	{Resource: "events"}:                                    true,
+	{Group: "events.k8s.io", Resource: "events"}:            true,
+	{Group: "coordination.k8s.io", Resource: "leases"}:      true,
+	{Resource: "endpoints"}:                                 true,
+	{Group: "discovery.k8s.io", Resource: "endpointslices"}: true,
+	{Group: "apps", Resource: "controllerrevisions"}:        true,
+	// Pods are gated, not members: their workload is the member.
+	{Resource: "pods"}: true,
+}
+
+// Kind is a tracked resource.
+type Kind struct {
+	GVR        schema.GroupVersionResource
+	GVK        schema.GroupVersionKind
+	Namespaced bool
+}
+
+type informerKey struct {
+	gvr   schema.GroupVersionResource
+	label string
+}
+
+type tracked struct {
+	kind     Kind
+	informer cache.SharedIndexInformer
+	cancel   context.CancelFunc
+}
+
+// Tracker keeps label-selected informers for every listable kind and group label.
+type Tracker struct {
+	Dynamic   dynamic.Interface
+	Metadata  metadata.Interface
+	Discovery discovery.DiscoveryInterface
+	// GroupLabels returns the label keys that carry groups (wavegate.io/group first).
+	GroupLabels func() []string
+	// OnChange is called with the sequence of every object that is added, changed or deleted.
+	OnChange func(sequence string)
+	// Resync is how often discovery is refreshed to pick up new CRDs.
+	Resync time.Duration
+
+	mu        sync.RWMutex
+	informers map[informerKey]*tracked
+	kinds     map[schema.GroupVersionResource]Kind
+}
+
+// NeedLeaderElection: only the controllers (leader) need members.
+func (t *Tracker) NeedLeaderElection() bool { return true }
+
+// Start discovers kinds and runs informers until ctx ends.
+func (t *Tracker) Start(ctx context.Context) error {
+	t.mu.Lock()
+	t.informers = map[informerKey]*tracked{}
+	t.mu.Unlock()
+	if err := t.Refresh(ctx); err != nil {
+		return err
+	}
+	resync := t.Resync
+	if resync == 0 {
+		resync = 30 * time.Second
+	}
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := t.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds")
+			}
+		}
+	}
+}
+
+// Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
+// policy group labels get informers, vanished ones are stopped. It waits for new informers to sync.
+func (t *Tracker) Refresh(ctx context.Context) error {
+	kinds, err := t.discover()
+	if err != nil {
+		return err
+	}
+	labelKeys := t.GroupLabels()
+	want := map[informerKey]Kind{}
+	for _, k := range kinds {
+		for _, l := range labelKeys {
+			want[informerKey{k.GVR, l}] = k
+		}
+	}
+	t.mu.Lock()
+	var started []cache.InformerSynced
+	for key, tr := range t.informers {
+		if _, ok := want[key]; !ok {
+			tr.cancel()
+			delete(t.informers, key)
+		}
+	}
+	for key, k := range want {
+		if _, ok := t.informers[key]; ok {
+			continue
+		}
+		tr := t.newInformer(ctx, k, key.label, labelKeys)
+		t.informers[key] = tr
+		started = append(started, tr.informer.HasSynced)
+	}
+	t.kinds = map[schema.GroupVersionResource]Kind{}
+	for _, k := range kinds {
+		t.kinds[k.GVR] = k
+	}
+	t.mu.Unlock()
+	if !cache.WaitForCacheSync(ctx.Done(), started...) {
+		return fmt.Errorf("member informers did not sync")
+	}
+	return nil
+}
+
+// selector selects the objects whose group the label carries. Objects with wavegate.io/group are
+// left to that label's informer, so each object is tracked once.
+func selector(label string) string {
+	req, _ := labels.NewRequirement(label, selection.Exists, nil)
+	sel := labels.NewSelector().Add(*req)
+	if label != keys.GroupLabel {
+		not, _ := labels.NewRequirement(keys.GroupLabel, selection.DoesNotExist, nil)
+		sel = sel.Add(*not)
+	}
+	return sel.String()
+}
+
+func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
+	sel := selector(label)
+	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
+		cache.Indexers{SequenceIndex: sequenceIndex},
+		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
+	_ = inf.SetTransform(strip)
+	notify := func(obj any) {
+		if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = o.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok && t.OnChange != nil {
+			t.OnChange(SequenceOf(u))
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: notify,
+		UpdateFunc: func(old, obj any) {
+			if SequenceOf(old.(*unstructured.Unstructured)) != SequenceOf(obj.(*unstructured.Unstructured)) {
+				notify(old)
+			}
+			notify(obj)
+		},
+		DeleteFunc: notify,
+	})
+	ictx, cancel := context.WithCancel(ctx)
+	go inf.RunWithContext(ictx)
+	return &tracked{kind: k, informer: inf, cancel: cancel}
+}
+
+// strip drops what wavegate never reads, before the object enters the cache.
+func strip(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		u.SetManagedFields(nil)
+		if a := u.GetAnnotations(); a != nil {
+			if _, ok := a["kubectl.kubernetes.io/last-applied-configuration"]; ok {
+				delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+				u.SetAnnotations(a)
+			}
+		}
+	}
+	return obj, nil
+}
+
+func sequenceIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	return []string{SequenceOf(u)}, nil
+}
+
+// SequenceOf returns the sequence an object belongs to: its sequence label, else its namespace.
+func SequenceOf(o metav1.Object) string {
+	if s, ok := o.GetLabels()[keys.SequenceLabel]; ok {
+		return s
+	}
+	return o.GetNamespace()
+}
+
+func (t *Tracker) discover() ([]Kind, error) {
+	lists, err := t.Discovery.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovering resources: %w", err)
+	}
+	var out []Kind
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") ||
+				skipped[schema.GroupResource{Group: gv.Group, Resource: r.Name}] {
+				continue
+			}
+			out = append(out, Kind{GVR: gv.WithResource(r.Name), GVK: gv.WithKind(r.Kind), Namespaced: r.Namespaced})
+		}
+	}
+	return out, nil
+}
+
+// HasSynced reports whether every informer has synced.
+func (t *Tracker) HasSynced() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.informers == nil {
+		return false
+	}
+	for _, tr := range t.informers {
+		if !tr.informer.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// Object is a tracked member with its kind.
+type Object struct {
+	Kind Kind
+	*unstructured.Unstructured
+}
+
+// Members returns the tracked objects of a sequence that are group members: not owned by a
+// controller (their controller is the member) and not wavegate's wait Jobs.
+func (t *Tracker) Members(sequence string) []Object {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []Object
+	for _, tr := range t.informers {
+		items, _ := tr.informer.GetIndexer().ByIndex(SequenceIndex, sequence)
+		for _, it := range items {
+			u := it.(*unstructured.Unstructured)
+			if IsMember(u) {
+				out = append(out, Object{Kind: tr.kind, Unstructured: u})
+			}
+		}
+	}
+	return out
+}
+
+// IsMember reports whether a labeled object is a group member in its own right.
+func IsMember(o metav1.Object) bool {
+	if metav1.GetControllerOfNoCopy(o) != nil {
+		return false
+	}
+	_, waitJob := o.GetLabels()[keys.WaitJobLabel]
+	return !waitJob
+}
+
+// Kinds returns the tracked kinds.
+func (t *Tracker) Kinds() []Kind {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]Kind, 0, len(t.kinds))
+	for _, k := range t.kinds {
+		out = append(out, k)
+	}
+	return out
+}
+
+// FreshMembers lists the members of a sequence straight from the API server with a consistent
+// read, for decisions that must not act on a lagging cache. namespace limits namespaced kinds to
+// one namespace ("" = all).
+func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) ([]MetaObject, error) {
+	kinds := t.Kinds()
+	labelKeys := t.GroupLabels()
+	var out []MetaObject
+	for _, k := range kinds {
+		ns := ""
+		if k.Namespaced {
+			ns = namespace
+		}
+		for _, l := range labelKeys {
+			list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: selector(l)})
+			if err != nil {
+				return nil, fmt.Errorf("listing %s: %w", k.GVR, err)
+			}
+			for i := range list.Items {
+				o := &list.Items[i]
+				if SequenceOf(o) == sequence && IsMember(o) {
+					out = append(out, MetaObject{Kind: k, PartialObjectMetadata: o})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// MetaObject is a member's metadata with its kind.
+type MetaObject struct {
+	Kind Kind
+	*metav1.PartialObjectMetadata
+}

@@ -1,0 +1,513 @@
+package sequence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/readiness"
+	"wavegate.io/wavegate/pkg/resolve"
+)
+
+// Labels of wait Jobs besides keys.WaitJobLabel and keys.WaitGroupLabel.
+const (
+	waitSequenceLabel = keys.Domain + "/wait-sequence"
+	waitRevisionLabel = keys.Domain + "/wait-revision"
+	// PodSequenceIndex indexes cached pods by sequence.
+	PodSequenceIndex = "wavegate.io/pod-sequence"
+	// WaiterServiceAccount runs wait Jobs.
+	WaiterServiceAccount = "wavegate-waiter"
+)
+
+// Event reasons.
+const (
+	ReasonWaitingForGroup = "WaitingForGroup"
+	ReasonGroupReleased   = "GroupReleased"
+	ReasonGroupTimedOut   = "GroupTimedOut"
+	ReasonGroupFailed     = "GroupFailed"
+	ReasonUngated         = "Ungated"
+)
+
+// +kubebuilder:rbac:groups=wavegate.io,resources=sequences,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=wavegate.io,resources=sequences/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler orders the creation of one sequence per reconcile; the request name is the sequence.
+type Reconciler struct {
+	Client   client.Client
+	Tracker  *members.Tracker
+	Policies interface{ Index() *policy.Index }
+	Recorder events.EventRecorder
+	// Image is the wavegate image that wait Jobs run.
+	Image string
+	// Namespace is wavegate's namespace: wait Jobs of groups without namespaced members run there.
+	Namespace string
+	// Now is the clock (tests may replace it).
+	Now func() time.Time
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	seq := req.Name
+	log := ctrl.LoggerFrom(ctx).WithValues("sequence", seq)
+	ctx = ctrl.LoggerInto(ctx, log)
+	idx := r.Policies.Index()
+	if idx == nil || !r.Tracker.HasSynced() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	jobs, err := r.waitJobs(ctx, seq)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	objs := r.Tracker.Members(seq)
+	ms := make([]Member, 0, len(objs))
+	for _, o := range objs {
+		if m, ok := toMember(o.Kind, o.Unstructured, idx); ok {
+			m.Ready = ptr.To(checker(idx, m).Check(o.Unstructured))
+			ms = append(ms, m)
+		}
+	}
+	plan := Plan(seq, ms, idx, jobStates(jobs), r.Namespace)
+
+	prev := &wavev1.Sequence{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	if len(plan) == 0 && len(jobs) == 0 {
+		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
+	}
+	for _, g := range plan {
+		if g.Open && g.JobName != "" && g.JobState == JobMissing {
+			if err := r.createJob(ctx, seq, g); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
+		return ctrl.Result{}, err
+	}
+	gated, err := r.ungate(ctx, seq, plan, idx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.emitEvents(plan, prev, objs)
+	return ctrl.Result{}, r.writeStatus(ctx, seq, plan, gated, prev)
+}
+
+func checker(idx *policy.Index, m Member) *readiness.Checker {
+	name := ""
+	if m.Resolution.Policy != nil {
+		name = m.Resolution.Policy.Policy
+	}
+	c, err := readiness.NewChecker(idx.Readiness(name))
+	if err != nil {
+		c, _ = readiness.NewChecker(wavev1.Readiness{})
+	}
+	return c
+}
+
+func toMember(k members.Kind, o metav1.Object, idx *policy.Index) (Member, bool) {
+	ns := o.GetNamespace()
+	if !k.Namespaced {
+		ns = ""
+	}
+	res, errs := resolve.Resolve(resolve.Object{Namespace: ns, Labels: o.GetLabels()}, idx)
+	if res == nil || len(errs) > 0 || o.GetDeletionTimestamp() != nil {
+		return Member{}, false
+	}
+	return Member{GVR: k.GVR, APIVersion: k.GVK.GroupVersion().String(), Kind: k.GVK.Kind, Namespace: ns,
+		Name: o.GetName(), UID: o.GetUID(), Generation: o.GetGeneration(), Resolution: res}, true
+}
+
+func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, error) {
+	var list batchv1.JobList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{keys.WaitJobLabel: "true", waitSequenceLabel: seq}); err != nil {
+		return nil, fmt.Errorf("listing wait Jobs: %w", err)
+	}
+	return list.Items, nil
+}
+
+func jobStates(jobs []batchv1.Job) JobStates {
+	byKey := map[string]*batchv1.Job{}
+	for i := range jobs {
+		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
+	}
+	return func(ns, name string) JobState {
+		j, ok := byKey[ns+"/"+name]
+		if !ok {
+			return JobMissing
+		}
+		return StateOf(j)
+	}
+}
+
+// StateOf reads a wait Job's state from its conditions.
+func StateOf(j *batchv1.Job) JobState {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return JobComplete
+		case batchv1.JobFailed:
+			if c.Reason == batchv1.JobReasonDeadlineExceeded || j.Status.Failed > 0 && exitedWith(j, 2) {
+				return JobTimedOut
+			}
+			return JobFailed
+		}
+	}
+	return JobRunning
+}
+
+// exitedWith reports whether the Job recorded the waiter's exit code in an annotation (the local
+// cluster's pod runner and the tests do; the kubelet reports it in the pod).
+func exitedWith(j *batchv1.Job, code int) bool {
+	return j.Annotations[keys.Domain+"/exit-code"] == strconv.Itoa(code)
+}
+
+func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) error {
+	job := r.waitJob(seq, g)
+	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision)
+	return nil
+}
+
+// waitJob builds the wait Job of a group's current revision.
+func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
+	args := []string{"wait", "--sequence", seq, "--group", g.Name}
+	var owners []metav1.OwnerReference
+	for _, m := range g.Members {
+		args = append(args, "--member", strings.Join([]string{m.GVR.Group, m.GVR.Version, m.GVR.Resource, m.Namespace, m.Name}, "/"))
+		if m.Namespace == "" || m.Namespace == g.JobNamespace {
+			owners = append(owners, metav1.OwnerReference{APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, UID: m.UID})
+		}
+	}
+	if rd, err := json.Marshal(g.Readiness); err == nil && string(rd) != "{}" {
+		args = append(args, "--readiness", string(rd))
+	}
+	deadline := int64(g.Timeout.Seconds())
+	if deadline < 1 {
+		deadline = 1
+	}
+	// The waiter gives up a little before the deadline so that it can say so in its log.
+	args = append(args, "--timeout", (g.Timeout - g.Timeout/20).String())
+	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, waitSequenceLabel: seq, waitRevisionLabel: g.Revision}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: g.JobName, Namespace: g.JobNamespace, Labels: labels, OwnerReferences: owners,
+			Annotations: map[string]string{keys.ArgoCDSyncWaveAnnotation: strconv.Itoa(int(resolve.WaitJobWave(g.Order)))},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: &deadline,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: WaiterServiceAccount,
+					RestartPolicy:      corev1.RestartPolicyNever,
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{
+						Name: "wait", Image: r.Image, Args: args,
+						Resources: corev1.ResourceRequirements{},
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
+	current := map[string]bool{}
+	for _, g := range plan {
+		if g.JobName != "" {
+			current[g.JobNamespace+"/"+g.JobName] = true
+		}
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if current[j.Namespace+"/"+j.Name] || j.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting stale wait Job %s: %w", klog.KObj(j), err)
+		}
+	}
+	return nil
+}
+
+// TemplateToken identifies the pod template a pod was made from: its controller's UID and the
+// template hash the controller stamps. Bare pods have none.
+func TemplateToken(o metav1.Object) string {
+	c := metav1.GetControllerOfNoCopy(o)
+	if c == nil {
+		return ""
+	}
+	l := o.GetLabels()
+	for _, k := range []string{"pod-template-hash", "controller-revision-hash"} {
+		if v, ok := l[k]; ok {
+			return string(c.UID) + "/" + v
+		}
+	}
+	return string(c.UID)
+}
+
+type gatedCounts map[string]int32
+
+// ungate removes the gate from the pods of open groups. Before it does, it plans again on a
+// consistent read of the members from the API server, so that a lagging cache (an earlier group's
+// objects created a moment before the pods) never releases a pod early.
+func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, idx *policy.Index) (gatedCounts, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	open := map[string]bool{}
+	for _, g := range plan {
+		open[g.Name] = g.Open
+	}
+	gated := gatedCounts{}
+	var candidates []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !hasGate(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		group := p.Labels[keys.GroupLabel]
+		if open[group] {
+			candidates = append(candidates, p)
+		} else {
+			gated[group]++
+		}
+	}
+	if len(candidates) == 0 {
+		return gated, nil
+	}
+	fresh, err := r.Tracker.FreshMembers(ctx, seq, "")
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := r.waitJobs(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Member, 0, len(fresh))
+	for _, o := range fresh {
+		if m, ok := toMember(o.Kind, o, idx); ok {
+			ms = append(ms, m)
+		}
+	}
+	freshOpen := map[string]bool{}
+	for _, g := range Plan(seq, ms, idx, jobStates(jobs), r.Namespace) {
+		freshOpen[g.Name] = g.Open
+	}
+	for _, p := range candidates {
+		group := p.Labels[keys.GroupLabel]
+		if !freshOpen[group] {
+			gated[group]++
+			continue
+		}
+		if err := r.removeGate(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return gated, nil
+}
+
+func hasGate(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == keys.SchedulingGate {
+			return true
+		}
+	}
+	return false
+}
+
+// removeGate removes wavegate's gate with a JSON patch that first tests the gate is where it was
+// seen, so a concurrent change of the gates makes the patch fail instead of removing another gate.
+func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
+	for i, g := range p.Spec.SchedulingGates {
+		if g.Name != keys.SchedulingGate {
+			continue
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"}]`, i, keys.SchedulingGate, i)
+		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, []byte(patch)), client.FieldOwner(keys.FieldManager)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
+		}
+		return nil
+	}
+	return nil
+}
+
+func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
+	if r.Recorder == nil {
+		return
+	}
+	before := map[string]wavev1.GroupStatus{}
+	for _, g := range prev.Status.Groups {
+		before[g.Name] = g
+	}
+	byGroup := map[string][]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if g := o.GetLabels()[keys.GroupLabel]; g != "" {
+			byGroup[g] = append(byGroup[g], o.Unstructured)
+		}
+	}
+	var blocker *Group
+	for _, g := range plan {
+		msg := eventMessage(g, blocker)
+		if old, ok := before[g.Name]; !ok || old.Message != g.Message || old.Phase != g.Phase || old.Ready != readyCount(blocker) {
+			typ, reason := corev1.EventTypeNormal, ReasonWaitingForGroup
+			switch g.Phase {
+			case wavev1.GroupReleased:
+				reason = ReasonGroupReleased
+			case wavev1.GroupTimedOut:
+				typ, reason = corev1.EventTypeWarning, ReasonGroupTimedOut
+			case wavev1.GroupFailed:
+				typ, reason = corev1.EventTypeWarning, ReasonGroupFailed
+			}
+			for i, o := range byGroup[g.Name] {
+				if i == 10 {
+					break // enough to explain; the Sequence has the rest
+				}
+				r.Recorder.Eventf(o, nil, typ, reason, "Order", "%s", msg)
+			}
+		}
+		if blocker == nil && !g.Released {
+			blocker = g
+		}
+	}
+}
+
+func readyCount(g *Group) int32 {
+	if g == nil {
+		return 0
+	}
+	return countReady(g)
+}
+
+func countReady(g *Group) int32 {
+	var n int32
+	for _, m := range g.Members {
+		if m.Ready != nil && m.Ready.Status == readiness.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+func eventMessage(g, blocker *Group) string {
+	if blocker != nil {
+		return fmt.Sprintf("group %s waits for group %s: %d/%d members ready", g.Name, blocker.Name, countReady(blocker), len(blocker.Members))
+	}
+	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, gated gatedCounts, prev *wavev1.Sequence) error {
+	seqObj := prev
+	if prev.Name == "" {
+		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
+		if err := r.Client.Create(ctx, seqObj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Sequence %s: %w", seqObj.Name, err)
+		}
+	}
+	before := seqObj.DeepCopy()
+	cleared := map[string][]string{}
+	for _, g := range prev.Status.Groups {
+		cleared[g.Name] = g.ClearedTemplates
+	}
+	var groups []wavev1.GroupStatus
+	var summary []string
+	allReleased := true
+	for _, g := range plan {
+		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
+			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: gated[g.Name]}
+		if g.JobName != "" {
+			gs.WaitJob = g.JobNamespace + "/" + g.JobName
+		}
+		if g.Open {
+			gs.ClearedTemplates = r.clearedTemplates(ctx, seq, g.Name, cleared[g.Name])
+		}
+		groups = append(groups, gs)
+		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
+		allReleased = allReleased && g.Released
+	}
+	seqObj.Status.Groups = groups
+	seqObj.Status.Summary = strings.Join(summary, ", ")
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Released", Message: "every group is released"}
+	if !allReleased {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Waiting", seqObj.Status.Summary
+		for _, g := range plan {
+			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {
+				cond.Reason, cond.Message = string(g.Phase), fmt.Sprintf("group %s: %s", g.Name, g.Message)
+				break
+			}
+		}
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, cond)
+	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
+	}
+	return nil
+}
+
+// clearedTemplates returns the templates of an open group whose new pods start without a gate:
+// those already cleared, plus the templates of its pods that are running without the gate.
+func (r *Reconciler) clearedTemplates(ctx context.Context, seq, group string, before []string) []string {
+	set := map[string]bool{}
+	for _, t := range before {
+		set[t] = true
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}, client.MatchingLabels{keys.GroupLabel: group}); err == nil {
+		for i := range pods.Items {
+			if t := TemplateToken(&pods.Items[i]); t != "" && !hasGate(&pods.Items[i]) {
+				set[t] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) error {
+	if s.Name == "" {
+		return nil
+	}
+	return r.Client.Delete(ctx, s)
+}

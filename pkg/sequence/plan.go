@@ -1,0 +1,223 @@
+// Package sequence is the controller that orders creation: per sequence it creates each group's
+// wait Job once every earlier group is released, removes the scheduling gate from the pods of
+// released-for groups, and reports the sequence's state in a Sequence object.
+package sequence
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/readiness"
+	"wavegate.io/wavegate/pkg/resolve"
+)
+
+// Member is one group member as planning sees it.
+type Member struct {
+	GVR        schema.GroupVersionResource
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
+	UID        types.UID
+	Generation int64
+	Resolution *resolve.Resolution
+	// Ready is filled from the full object when it is at hand; planning does not use it.
+	Ready *readiness.Result
+}
+
+func (m Member) ref() string {
+	return fmt.Sprintf("%s/%s/%s/%s", m.APIVersion, m.Kind, m.Namespace, m.Name)
+}
+
+// JobState is the state of a wait Job.
+type JobState int
+
+const (
+	JobMissing JobState = iota
+	JobRunning
+	JobComplete
+	JobFailed
+	JobTimedOut
+)
+
+// Group is the plan for one group of a sequence.
+type Group struct {
+	Name     string
+	Order    int32
+	Required bool
+	Members  []Member
+	// Revision identifies the members and their generations.
+	Revision string
+	Timeout  time.Duration
+	// OnTimeout and Readiness come from the group's policy.
+	OnTimeout wavev1.OnTimeout
+	Readiness wavev1.Readiness
+	// Open is true when every earlier group is released: the group's pods may run and its wait
+	// Job may start.
+	Open     bool
+	Released bool
+	Phase    wavev1.GroupPhase
+	Message  string
+	// JobNamespace and JobName name the wait Job of the current revision.
+	JobNamespace, JobName string
+	JobState              JobState
+}
+
+// JobStates looks up the state of a wait Job by namespace and name.
+type JobStates func(namespace, name string) JobState
+
+// Plan decides, for one sequence, each group's revision and wait Job, whether it is released and
+// whether it is open. It is a pure function of its inputs: the controller runs it on its cache and,
+// before removing any gate, again on a consistent read from the API server.
+func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallbackNamespace string) []*Group {
+	byName := map[string]*Group{}
+	for _, m := range members {
+		r := m.Resolution
+		g, ok := byName[r.Group]
+		if !ok {
+			g = &Group{Name: r.Group, Order: r.GroupOrder, Timeout: policy.DefaultTimeout, OnTimeout: wavev1.OnTimeoutBlock}
+			if r.Policy != nil {
+				g.Timeout, g.OnTimeout, g.Required = r.Policy.Timeout, r.Policy.OnTimeout, r.Policy.Required
+				g.Readiness = idx.Readiness(r.Policy.Policy)
+			}
+			byName[r.Group] = g
+		}
+		g.Members = append(g.Members, m)
+	}
+	// A policy that declares its groups can require them: an earlier required group blocks the
+	// later groups of the same policy even while it has no members.
+	for _, g := range groupsOf(byName) {
+		def, ok := idx.Group(g.Name)
+		if !ok {
+			continue
+		}
+		for _, req := range idx.Groups() {
+			if req.Policy == def.Policy && req.Required && req.Order < def.Order {
+				if _, ok := byName[req.Name]; !ok {
+					byName[req.Name] = &Group{Name: req.Name, Order: req.Order, Required: true, Timeout: req.Timeout,
+						OnTimeout: req.OnTimeout, Readiness: idx.Readiness(req.Policy)}
+				}
+			}
+		}
+	}
+	groups := groupsOf(byName)
+	open := true
+	var blocking string
+	for _, g := range groups {
+		sort.Slice(g.Members, func(i, j int) bool { return g.Members[i].ref() < g.Members[j].ref() })
+		g.Revision = revision(g.Members)
+		g.Open = open
+		switch {
+		case !open:
+			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", blocking)
+		case len(g.Members) == 0:
+			g.Phase, g.Message = wavev1.GroupWaiting, "required group has no members yet"
+		default:
+			g.JobNamespace = jobNamespace(g.Members, fallbackNamespace)
+			g.JobName = JobName(seq, g.Name, g.Revision)
+			g.JobState = jobs(g.JobNamespace, g.JobName)
+			switch g.JobState {
+			case JobComplete:
+				g.Phase, g.Released, g.Message = wavev1.GroupReleased, true, "ready"
+			case JobTimedOut:
+				g.Phase, g.Released = wavev1.GroupTimedOut, g.OnTimeout == wavev1.OnTimeoutRelease
+				g.Message = fmt.Sprintf("not ready within %s", g.Timeout)
+				if g.Released {
+					g.Message += "; released anyway (onTimeout: Release)"
+				}
+			case JobFailed:
+				g.Phase, g.Message = wavev1.GroupFailed, "a member failed; see the wait Job's logs"
+			default:
+				g.Phase, g.Message = wavev1.GroupWaiting, "waiting for its members to be ready"
+			}
+		}
+		if !g.Released && open {
+			open, blocking = false, g.Name
+		}
+	}
+	return groups
+}
+
+func groupsOf(m map[string]*Group) []*Group {
+	out := make([]*Group, 0, len(m))
+	for _, g := range m {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Order != out[j].Order {
+			return out[i].Order < out[j].Order
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// revision hashes the members' identities and generations: adding, removing or changing a member
+// makes a new revision.
+func revision(members []Member) string {
+	h := sha256.New()
+	for _, m := range members {
+		fmt.Fprintf(h, "%s %s %d\n", m.ref(), m.UID, m.Generation)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:10]
+}
+
+// jobNamespace is where a group's wait Job runs: the first namespace among its members, or the
+// fallback (wavegate's namespace) for groups of cluster-scoped objects only.
+func jobNamespace(members []Member, fallback string) string {
+	var ns []string
+	for _, m := range members {
+		if m.Namespace != "" {
+			ns = append(ns, m.Namespace)
+		}
+	}
+	if len(ns) == 0 {
+		return fallback
+	}
+	sort.Strings(ns)
+	return ns[0]
+}
+
+// JobName is the deterministic name of the wait Job of (sequence, group, revision).
+func JobName(seq, group, rev string) string {
+	h := sha256.Sum256([]byte(seq + "\x00" + group + "\x00" + rev))
+	g := strings.ToLower(group)
+	g = strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' {
+			return r
+		}
+		return '-'
+	}, g)
+	if len(g) > 30 {
+		g = g[:30]
+	}
+	return strings.TrimRight("wavegate-wait-"+strings.Trim(g, "-"), "-") + "-" + hex.EncodeToString(h[:])[:10]
+}
+
+// ObjectName is the name of the Sequence object reporting on a sequence.
+func ObjectName(seq string) string {
+	if len(validation.IsDNS1123Subdomain(seq)) == 0 {
+		return seq
+	}
+	h := sha256.Sum256([]byte(seq))
+	s := strings.Map(func(r rune) rune {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' || r == '.' {
+			return r
+		}
+		if r >= 'A' && r <= 'Z' {
+			return r + ('a' - 'A')
+		}
+		return '-'
+	}, seq)
+	return strings.Trim(s, "-.") + "-" + hex.EncodeToString(h[:])[:8]
+}

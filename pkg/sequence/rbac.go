@@ -1,0 +1,216 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/waiter"
+)
+
+// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
+const WaiterRBACLabel = keys.Domain + "/waiter-rbac"
+
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+
+// RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
+// wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
+// get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and a
+// ClusterRole for cluster-scoped members. Everything is derived from the wait Jobs themselves.
+type RBACReconciler struct {
+	Client client.Client
+}
+
+// SetupWithManager registers the controller under one key: the whole set is derived together.
+func (r *RBACReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: "waiters"}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("waiter-rbac").
+		Watches(&batchv1.Job{}, one).
+		Watches(&rbacv1.Role{}, one).
+		Watches(&rbacv1.RoleBinding{}, one).
+		Watches(&corev1.ServiceAccount{}, one).
+		Complete(r)
+}
+
+type access struct {
+	rules    map[string]map[string]bool // namespace ("" = cluster) -> group -> resources
+	subjects map[string]map[string]bool // namespace ("" = cluster) -> job namespaces
+	accounts map[string]bool
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	var jobs batchv1.JobList
+	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
+		return ctrl.Result{}, err
+	}
+	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
+	for _, j := range jobs.Items {
+		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
+			continue
+		}
+		want.accounts[j.Namespace] = true
+		args := j.Spec.Template.Spec.Containers[0].Args
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] != "--member" {
+				continue
+			}
+			m, err := waiter.ParseMember(args[i+1])
+			if err != nil {
+				continue
+			}
+			if want.rules[m.Namespace] == nil {
+				want.rules[m.Namespace] = map[string]bool{}
+				want.subjects[m.Namespace] = map[string]bool{}
+			}
+			want.rules[m.Namespace][m.GVR.Group+"/"+m.GVR.Resource] = true
+			want.subjects[m.Namespace][j.Namespace] = true
+		}
+	}
+	if err := r.apply(ctx, want); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.prune(ctx, want)
+}
+
+func managedLabels() map[string]string {
+	return map[string]string{WaiterRBACLabel: "true", "app.kubernetes.io/managed-by": "wavegate"}
+}
+
+func policyRules(resources map[string]bool) []rbacv1.PolicyRule {
+	byGroup := map[string][]string{}
+	for gr := range resources {
+		g, res, _ := strings.Cut(gr, "/")
+		byGroup[g] = append(byGroup[g], res)
+	}
+	groups := make([]string, 0, len(byGroup))
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	sort.Strings(groups)
+	out := make([]rbacv1.PolicyRule, 0, len(groups))
+	for _, g := range groups {
+		res := byGroup[g]
+		sort.Strings(res)
+		out = append(out, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: res, Verbs: []string{"get", "list", "watch"}})
+	}
+	return out
+}
+
+func subjects(namespaces map[string]bool) []rbacv1.Subject {
+	ns := make([]string, 0, len(namespaces))
+	for n := range namespaces {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	out := make([]rbacv1.Subject, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WaiterServiceAccount, Namespace: n})
+	}
+	return out
+}
+
+func (r *RBACReconciler) apply(ctx context.Context, want access) error {
+	for ns := range want.accounts {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+		if err := r.upsert(ctx, sa, func() { sa.Labels = managedLabels() }); err != nil {
+			return err
+		}
+	}
+	for ns, res := range want.rules {
+		rules, subs := policyRules(res), subjects(want.subjects[ns])
+		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
+		if ns == "" {
+			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
+			if err := r.upsert(ctx, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules }); err != nil {
+				return err
+			}
+			roleRef.Kind = "ClusterRole"
+			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
+			if err := r.upsert(ctx, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs }); err != nil {
+				return err
+			}
+		} else {
+			ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+			if err := r.upsert(ctx, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules }); err != nil {
+				return err
+			}
+			rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+			if err := r.upsert(ctx, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate func()) error {
+	before := obj.DeepCopyObject()
+	res, err := controllerutil.CreateOrPatch(ctx, r.Client, obj, func() error { mutate(); return nil })
+	if err != nil {
+		return fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)
+	}
+	if res != controllerutil.OperationResultNone && !equality.Semantic.DeepEqual(before, obj) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Provisioned waiter access", "object", klog.KObj(obj), "result", res)
+	}
+	return nil
+}
+
+// prune deletes provisioned objects nothing needs any more.
+func (r *RBACReconciler) prune(ctx context.Context, want access) error {
+	sel := client.MatchingLabels{WaiterRBACLabel: "true"}
+	var sas corev1.ServiceAccountList
+	var roles rbacv1.RoleList
+	var bindings rbacv1.RoleBindingList
+	for _, l := range []client.ObjectList{&sas, &roles, &bindings} {
+		if err := r.Client.List(ctx, l, sel); err != nil {
+			return err
+		}
+	}
+	var stale []client.Object
+	for i := range sas.Items {
+		if !want.accounts[sas.Items[i].Namespace] {
+			stale = append(stale, &sas.Items[i])
+		}
+	}
+	for i := range roles.Items {
+		if _, ok := want.rules[roles.Items[i].Namespace]; !ok {
+			stale = append(stale, &roles.Items[i])
+		}
+	}
+	for i := range bindings.Items {
+		if _, ok := want.rules[bindings.Items[i].Namespace]; !ok {
+			stale = append(stale, &bindings.Items[i])
+		}
+	}
+	if _, ok := want.rules[""]; !ok {
+		stale = append(stale,
+			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}})
+	}
+	for _, o := range slices.Clip(stale) {
+		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting unneeded waiter access %s: %w", klog.KObj(o), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+)
+
+// IndexPods registers the pod index the controller lists by.
+func IndexPods(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, PodSequenceIndex, func(o client.Object) []string {
+		if _, ok := o.GetLabels()[keys.GroupLabel]; !ok {
+			return nil
+		}
+		return []string{members.SequenceOf(o)}
+	}); err != nil {
+		return fmt.Errorf("failed creating index %s: %w", PodSequenceIndex, err)
+	}
+	return nil
+}
+
+// trackerSource feeds the tracker's changes into the controller's queue.
+type trackerSource struct {
+	tracker *members.Tracker
+	mu      sync.Mutex
+	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+func (s *trackerSource) onChange(seq string) {
+	s.mu.Lock()
+	q := s.queue
+	s.mu.Unlock()
+	if q != nil {
+		q.Add(reconcile.Request{NamespacedName: client.ObjectKey{Name: seq}})
+	}
+}
+
+func (s *trackerSource) start(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	s.mu.Lock()
+	s.queue = q
+	s.mu.Unlock()
+	return nil
+}
+
+// SetupWithManager registers the controller. Besides member changes from the tracker it watches
+// wait Jobs, gated pods and its own Sequence objects; a policy change reconciles every sequence.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	src := &trackerSource{tracker: r.Tracker}
+	r.Tracker.OnChange = src.onChange
+	bySequenceLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if s, ok := o.GetLabels()[waitSequenceLabel]; ok {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: s}}}
+		}
+		return nil
+	})
+	byPodSequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: members.SequenceOf(o)}}}
+	})
+	bySequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*wavev1.Sequence).Spec.Sequence}}}
+	})
+	allSequences := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var list wavev1.SequenceList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for _, s := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: s.Spec.Sequence}})
+		}
+		return out
+	})
+	gatedPods := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		p, ok := o.(*corev1.Pod)
+		return ok && (hasGate(p) || p.DeletionTimestamp != nil)
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sequence").
+		WatchesRawSource(source.TypedFunc[reconcile.Request](src.start)).
+		Watches(&batchv1.Job{}, bySequenceLabel).
+		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPods)).
+		Watches(&wavev1.Sequence{}, bySequence, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&wavev1.WavePolicy{}, allSequences).
+		Complete(r)
+}

@@ -1,0 +1,106 @@
+package sequence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+)
+
+// ClearedStore serves admission the pod templates whose new pods may start without a gate, from
+// the Sequence objects in the cache. It runs on every replica.
+type ClearedStore struct {
+	cache cache.Cache
+
+	mu      sync.RWMutex
+	cleared map[string]map[string]map[string]bool // sequence -> group -> template
+	synced  bool
+}
+
+// NewClearedStore returns a store reading Sequences from c; add it to the manager.
+func NewClearedStore(c cache.Cache) *ClearedStore { return &ClearedStore{cache: c} }
+
+// NeedLeaderElection is false: every replica serves admission.
+func (s *ClearedStore) NeedLeaderElection() bool { return false }
+
+// Start watches Sequences until ctx ends.
+func (s *ClearedStore) Start(ctx context.Context) error {
+	inf, err := s.cache.GetInformer(ctx, &wavev1.Sequence{})
+	if err != nil {
+		return fmt.Errorf("getting the Sequence informer: %w", err)
+	}
+	set := func(obj any) {
+		if seq, ok := obj.(*wavev1.Sequence); ok {
+			s.set(seq.Spec.Sequence, seq)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, o any) { set(o) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if seq, ok := obj.(*wavev1.Sequence); ok {
+				s.set(seq.Spec.Sequence, nil)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watching Sequences: %w", err)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return errors.New("the Sequence cache did not sync")
+	}
+	s.mu.Lock()
+	s.synced = true
+	s.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cleared == nil {
+		s.cleared = map[string]map[string]map[string]bool{}
+	}
+	if obj == nil {
+		delete(s.cleared, seq)
+		return
+	}
+	groups := map[string]map[string]bool{}
+	for _, g := range obj.Status.Groups {
+		if len(g.ClearedTemplates) == 0 {
+			continue
+		}
+		t := make(map[string]bool, len(g.ClearedTemplates))
+		for _, c := range g.ClearedTemplates {
+			t[c] = true
+		}
+		groups[g.Name] = t
+	}
+	s.cleared[seq] = groups
+}
+
+// Cleared reports whether new pods of a template may start without the gate. Unknown means no:
+// the pod is gated and the controller decides.
+func (s *ClearedStore) Cleared(seq, group, template string) bool {
+	if template == "" {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cleared[seq][group][template]
+}
+
+// Synced reports whether the Sequences are loaded.
+func (s *ClearedStore) Synced() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.synced
+}

@@ -1,0 +1,202 @@
+// Package waiter is `wavegate wait`: the program a group's wait Job runs. It watches the group's
+// members and exits as soon as all of them are ready (exit 0), when one fails for good (exit 3) or
+// when the timeout passes (exit 2). It uses watches, never polling, and prints one line per change.
+package waiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"wavegate.io/wavegate/pkg/readiness"
+)
+
+// Exit codes of `wavegate wait`.
+const (
+	ExitReady   = 0
+	ExitError   = 1
+	ExitTimeout = 2
+	ExitFailed  = 3
+)
+
+// ErrTimeout is returned when the members were not ready in time.
+var ErrTimeout = errors.New("timed out")
+
+// FailedError is returned when a member failed for good.
+type FailedError struct{ Member, Message string }
+
+func (e *FailedError) Error() string { return fmt.Sprintf("%s failed: %s", e.Member, e.Message) }
+
+// ExitCode maps Wait's result to the process exit code.
+func ExitCode(err error) int {
+	var f *FailedError
+	switch {
+	case err == nil:
+		return ExitReady
+	case errors.Is(err, ErrTimeout):
+		return ExitTimeout
+	case errors.As(err, &f):
+		return ExitFailed
+	default:
+		return ExitError
+	}
+}
+
+// Member is one object to wait for.
+type Member struct {
+	GVR       schema.GroupVersionResource
+	Namespace string
+	Name      string
+}
+
+// String is the --member form: group/version/resource/namespace/name.
+func (m Member) String() string {
+	return strings.Join([]string{m.GVR.Group, m.GVR.Version, m.GVR.Resource, m.Namespace, m.Name}, "/")
+}
+
+// ParseMember parses the --member form.
+func ParseMember(s string) (Member, error) {
+	p := strings.Split(s, "/")
+	if len(p) != 5 || p[1] == "" || p[2] == "" || p[4] == "" {
+		return Member{}, fmt.Errorf("member %q is not group/version/resource/namespace/name", s)
+	}
+	return Member{GVR: schema.GroupVersionResource{Group: p[0], Version: p[1], Resource: p[2]}, Namespace: p[3], Name: p[4]}, nil
+}
+
+func (m Member) display() string {
+	r := m.GVR.Resource
+	if m.GVR.Group != "" {
+		r += "." + m.GVR.Group
+	}
+	if m.Namespace == "" {
+		return r + "/" + m.Name
+	}
+	return r + "/" + m.Namespace + "/" + m.Name
+}
+
+// Options says what to wait for.
+type Options struct {
+	Sequence, Group string
+	Members         []Member
+	Checker         *readiness.Checker
+	// Timeout bounds the wait; zero means no bound (the Job's activeDeadlineSeconds still applies).
+	Timeout time.Duration
+	// Out receives the progress lines.
+	Out io.Writer
+}
+
+type scope struct {
+	gvr       schema.GroupVersionResource
+	namespace string
+}
+
+// Wait blocks until every member is ready, one fails for good, the timeout passes or ctx ends.
+func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
+	if o.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, o.Timeout, ErrTimeout)
+		defer cancel()
+	}
+	fmt.Fprintf(o.Out, "waiting for group %q of sequence %q: %d members\n", o.Group, o.Sequence, len(o.Members))
+
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	stores := map[scope]cache.Store{}
+	for _, m := range o.Members {
+		sc := scope{m.GVR, m.Namespace}
+		if _, ok := stores[sc]; ok {
+			continue
+		}
+		inf := dynamicinformer.NewFilteredDynamicInformer(client, m.GVR, m.Namespace, 0, cache.Indexers{}, nil).Informer()
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { notify() },
+			UpdateFunc: func(any, any) { notify() },
+			DeleteFunc: func(any) { notify() },
+		}); err != nil {
+			return fmt.Errorf("watching %s: %w", m.GVR, err)
+		}
+		go inf.Run(ctx.Done())
+		stores[sc] = inf.GetStore()
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return finish(ctx, o)
+		}
+	}
+
+	last := ""
+	for {
+		ready, lines, failed := evaluate(o, stores)
+		if line := strings.Join(lines, "; "); line != last {
+			fmt.Fprintf(o.Out, "%s %d/%d ready: %s\n", time.Now().UTC().Format(time.RFC3339), ready, len(o.Members), line)
+			last = line
+		}
+		if failed != nil {
+			fmt.Fprintf(o.Out, "group %q cannot become ready: %v\n", o.Group, failed)
+			return failed
+		}
+		if ready == len(o.Members) {
+			fmt.Fprintf(o.Out, "group %q is ready\n", o.Group)
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return finish(ctx, o)
+		}
+	}
+}
+
+func finish(ctx context.Context, o Options) error {
+	if errors.Is(context.Cause(ctx), ErrTimeout) {
+		fmt.Fprintf(o.Out, "group %q was not ready within %s\n", o.Group, o.Timeout)
+		return ErrTimeout
+	}
+	return ctx.Err()
+}
+
+// evaluate returns how many members are ready, one line per member that is not, and a terminal
+// failure if any.
+func evaluate(o Options, stores map[scope]cache.Store) (int, []string, error) {
+	ready := 0
+	var lines []string
+	var failed error
+	for _, m := range o.Members {
+		item, exists, _ := stores[scope{m.GVR, m.Namespace}].GetByKey(key(m))
+		if !exists {
+			lines = append(lines, m.display()+": not found")
+			continue
+		}
+		res := o.Checker.Check(item.(*unstructured.Unstructured))
+		if res.Status == readiness.Ready {
+			ready++
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s", m.display(), res.Message))
+		if res.Status == readiness.Failed && res.Terminal && failed == nil {
+			failed = &FailedError{Member: m.display(), Message: res.Message}
+		}
+	}
+	sort.Strings(lines)
+	return ready, lines, failed
+}
+
+func key(m Member) string {
+	if m.Namespace == "" {
+		return m.Name
+	}
+	return m.Namespace + "/" + m.Name
+}

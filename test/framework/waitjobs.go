@@ -1,0 +1,158 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"wavegate.io/wavegate/pkg/cmd"
+	"wavegate.io/wavegate/pkg/keys"
+)
+
+// WaitJobRunner plays kubelet and Job controller for wavegate's wait Jobs in an API server without
+// nodes: it runs each new wait Job's `wavegate wait` arguments in-process against the same API
+// server, then writes the Job's status from the exit code, as the Job controller would.
+type WaitJobRunner struct {
+	clients kubernetes.Interface
+	dynamic dynamic.Interface
+	cancel  context.CancelFunc
+
+	mu   sync.Mutex
+	logs map[string]*bytes.Buffer
+	seen map[string]bool
+}
+
+// RunWaitJobs starts the runner; stop it with Stop.
+func (e *Env) RunWaitJobs(ctx context.Context) (*WaitJobRunner, error) {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(e.Config)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &WaitJobRunner{clients: cs, dynamic: dyn, cancel: cancel, logs: map[string]*bytes.Buffer{}, seen: map[string]bool{}}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"}).String()
+	}))
+	inf := f.Batch().V1().Jobs().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { r.start(ctx, obj.(*batchv1.Job)) },
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	return r, nil
+}
+
+// Stop stops running Jobs; their waiters end without a status.
+func (r *WaitJobRunner) Stop() { r.cancel() }
+
+// Log returns what a wait Job's waiter printed so far.
+func (r *WaitJobRunner) Log(namespace, name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b, ok := r.logs[namespace+"/"+name]; ok {
+		return b.String()
+	}
+	return ""
+}
+
+type lockedBuffer struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (l lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
+	key := job.Namespace + "/" + job.Name
+	r.mu.Lock()
+	if r.seen[key] || len(job.Status.Conditions) > 0 {
+		r.mu.Unlock()
+		return
+	}
+	r.seen[key] = true
+	buf := &bytes.Buffer{}
+	r.logs[key] = buf
+	r.mu.Unlock()
+	go func() {
+		started := metav1.Now()
+		runCtx := ctx
+		if d := job.Spec.ActiveDeadlineSeconds; d != nil {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeout(ctx, time.Duration(*d)*time.Second)
+			defer cancel()
+		}
+		c := cmd.NewWaitCommand(func() (dynamic.Interface, error) { return r.dynamic, nil }, lockedBuffer{&r.mu, buf})
+		c.SetArgs(job.Spec.Template.Spec.Containers[0].Args[1:])
+		c.SilenceErrors, c.SilenceUsage = true, true
+		err := c.ExecuteContext(runCtx)
+		if ctx.Err() != nil {
+			return // the runner stopped: the Job stays running, as it would on a lost node
+		}
+		code := 0
+		if err != nil {
+			code = cmd.ExitCode(err)
+		}
+		deadline := runCtx.Err() != nil
+		if uerr := r.finish(ctx, job, started, code, deadline); uerr != nil {
+			fmt.Fprintf(lockedBuffer{&r.mu, buf}, "runner: writing the Job status: %v\n", uerr)
+		}
+	}()
+}
+
+// finish writes the status the Job controller would write.
+func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started metav1.Time, code int, deadline bool) error {
+	now := metav1.Now()
+	j, err := r.clients.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		if j.Annotations == nil {
+			j.Annotations = map[string]string{}
+		}
+		j.Annotations[keys.Domain+"/exit-code"] = strconv.Itoa(code)
+		if j, err = r.clients.BatchV1().Jobs(job.Namespace).Update(ctx, j, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	j.Status.StartTime = &started
+	cond := func(t batchv1.JobConditionType, reason string) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: t, Status: corev1.ConditionTrue, Reason: reason, LastProbeTime: now, LastTransitionTime: now}
+	}
+	if code == 0 {
+		j.Status.Succeeded, j.Status.CompletionTime = 1, &now
+		j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
+	} else {
+		reason := batchv1.JobReasonBackoffLimitExceeded
+		if deadline {
+			reason = batchv1.JobReasonDeadlineExceeded
+		}
+		j.Status.Failed = 1
+		j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, reason), cond(batchv1.JobFailed, reason)}
+	}
+	_, err = r.clients.BatchV1().Jobs(job.Namespace).UpdateStatus(ctx, j, metav1.UpdateOptions{})
+	return err
+}
