@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -99,17 +100,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if len(plan) == 0 && len(jobs) == 0 {
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
+	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
+	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
+	fresh := &freshView{r: r, seq: seq, idx: idx}
 	for _, g := range plan {
 		if g.Open && g.JobName != "" && g.JobState == JobMissing {
-			if err := r.createJob(ctx, seq, g); err != nil {
+			open, err := fresh.open(ctx, g.Name)
+			if err != nil {
 				return ctrl.Result{}, err
+			}
+			if open {
+				if err := r.createJob(ctx, seq, g); err != nil {
+					return ctrl.Result{}, err
+				}
 			}
 		}
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
 		return ctrl.Result{}, err
 	}
-	gated, err := r.ungate(ctx, seq, plan, idx)
+	gated, err := r.ungate(ctx, seq, plan, fresh)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -280,12 +290,49 @@ func TemplateToken(o metav1.Object) string {
 	return string(c.UID)
 }
 
-type gatedCounts map[string]int32
+// ungated is what ungate did: pods still gated per group, and the templates it released.
+type ungated struct {
+	gated    map[string]int32
+	released map[string][]string
+}
 
 // ungate removes the gate from the pods of open groups. Before it does, it plans again on a
 // consistent read of the members from the API server, so that a lagging cache (an earlier group's
 // objects created a moment before the pods) never releases a pod early.
-func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, idx *policy.Index) (gatedCounts, error) {
+// freshView plans a sequence on a consistent read of its members from the API server, once per
+// reconcile and only when a decision needs it.
+type freshView struct {
+	r    *Reconciler
+	seq  string
+	idx  *policy.Index
+	plan map[string]bool
+}
+
+func (f *freshView) open(ctx context.Context, group string) (bool, error) {
+	if f.plan == nil {
+		objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, "")
+		if err != nil {
+			return false, err
+		}
+		jobs, err := f.r.waitJobs(ctx, f.seq)
+		if err != nil {
+			return false, err
+		}
+		ms := make([]Member, 0, len(objs))
+		for _, o := range objs {
+			if m, ok := toMember(o.Kind, o, f.idx); ok {
+				ms = append(ms, m)
+			}
+		}
+		f.plan = map[string]bool{}
+		for _, g := range Plan(f.seq, ms, f.idx, jobStates(jobs), f.r.Namespace) {
+			f.plan[g.Name] = g.Open
+		}
+	}
+	return f.plan[group], nil
+}
+
+func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, fresh *freshView) (*ungated, error) {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
@@ -294,7 +341,8 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, idx 
 	for _, g := range plan {
 		open[g.Name] = g.Open
 	}
-	gated := gatedCounts{}
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
+	gated := out.gated
 	var candidates []*corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -309,37 +357,26 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, idx 
 		}
 	}
 	if len(candidates) == 0 {
-		return gated, nil
-	}
-	fresh, err := r.Tracker.FreshMembers(ctx, seq, "")
-	if err != nil {
-		return nil, err
-	}
-	jobs, err := r.waitJobs(ctx, seq)
-	if err != nil {
-		return nil, err
-	}
-	ms := make([]Member, 0, len(fresh))
-	for _, o := range fresh {
-		if m, ok := toMember(o.Kind, o, idx); ok {
-			ms = append(ms, m)
-		}
-	}
-	freshOpen := map[string]bool{}
-	for _, g := range Plan(seq, ms, idx, jobStates(jobs), r.Namespace) {
-		freshOpen[g.Name] = g.Open
+		return out, nil
 	}
 	for _, p := range candidates {
 		group := p.Labels[keys.GroupLabel]
-		if !freshOpen[group] {
+		open, err := fresh.open(ctx, group)
+		if err != nil {
+			return nil, err
+		}
+		if !open {
 			gated[group]++
 			continue
 		}
 		if err := r.removeGate(ctx, p); err != nil {
 			return nil, err
 		}
+		if t := TemplateToken(p); t != "" {
+			out.released[group] = append(out.released[group], t)
+		}
 	}
-	return gated, nil
+	return out, nil
 }
 
 func hasGate(p *corev1.Pod) bool {
@@ -397,11 +434,19 @@ func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []mem
 			case wavev1.GroupFailed:
 				typ, reason = corev1.EventTypeWarning, ReasonGroupFailed
 			}
+			// The blocking group's wait Job is the related object: events about different blockers are
+			// kept apart by the events API instead of being folded into one series.
+			var related runtime.Object
+			if b := blocker; b != nil && b.JobName != "" {
+				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: b.JobNamespace, Name: b.JobName}}
+			} else if g.JobName != "" {
+				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: g.JobNamespace, Name: g.JobName}}
+			}
 			for i, o := range byGroup[g.Name] {
 				if i == 10 {
 					break // enough to explain; the Sequence has the rest
 				}
-				r.Recorder.Eventf(o, nil, typ, reason, "Order", "%s", msg)
+				r.Recorder.Eventf(o, related, typ, reason, "Order", "%s", msg)
 			}
 		}
 		if blocker == nil && !g.Released {
@@ -434,7 +479,7 @@ func eventMessage(g, blocker *Group) string {
 	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
 }
 
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, gated gatedCounts, prev *wavev1.Sequence) error {
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, prev *wavev1.Sequence) error {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -452,12 +497,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	allReleased := true
 	for _, g := range plan {
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
-			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: gated[g.Name]}
+			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name]}
 		if g.JobName != "" {
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
 		if g.Open {
-			gs.ClearedTemplates = r.clearedTemplates(ctx, seq, g.Name, cleared[g.Name])
+			gs.ClearedTemplates = r.clearedTemplates(ctx, seq, g.Name, append(cleared[g.Name], u.released[g.Name]...))
 		}
 		groups = append(groups, gs)
 		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))

@@ -117,21 +117,25 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		sort.Slice(g.Members, func(i, j int) bool { return g.Members[i].ref() < g.Members[j].ref() })
 		g.Revision = revision(g.Members)
 		g.Open = open
+		if len(g.Members) > 0 {
+			// The Job of the current revision is kept and read even while the group is not open: a
+			// group whose members did not change stays released when an earlier group changes.
+			g.JobNamespace = jobNamespace(g.Members, fallbackNamespace)
+			g.JobName = JobName(seq, g.Name, g.Revision)
+			g.JobState = jobs(g.JobNamespace, g.JobName)
+			g.Released = g.JobState == JobComplete || g.JobState == JobTimedOut && g.OnTimeout == wavev1.OnTimeoutRelease
+		}
 		switch {
 		case !open:
 			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", blocking)
 		case len(g.Members) == 0:
 			g.Phase, g.Message = wavev1.GroupWaiting, "required group has no members yet"
 		default:
-			g.JobNamespace = jobNamespace(g.Members, fallbackNamespace)
-			g.JobName = JobName(seq, g.Name, g.Revision)
-			g.JobState = jobs(g.JobNamespace, g.JobName)
 			switch g.JobState {
 			case JobComplete:
-				g.Phase, g.Released, g.Message = wavev1.GroupReleased, true, "ready"
+				g.Phase, g.Message = wavev1.GroupReleased, "ready"
 			case JobTimedOut:
-				g.Phase, g.Released = wavev1.GroupTimedOut, g.OnTimeout == wavev1.OnTimeoutRelease
-				g.Message = fmt.Sprintf("not ready within %s", g.Timeout)
+				g.Phase, g.Message = wavev1.GroupTimedOut, fmt.Sprintf("not ready within %s", g.Timeout)
 				if g.Released {
 					g.Message += "; released anyway (onTimeout: Release)"
 				}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -144,6 +146,8 @@ type Manager struct {
 	Wavegate *manager.Wavegate
 	cancel   context.CancelFunc
 	done     chan error
+	stopOnce sync.Once
+	exited   atomic.Bool
 }
 
 // StartManager starts a wavegate manager against the environment, serving the webhook where the
@@ -175,13 +179,14 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	m := &Manager{Manager: mgr, Wavegate: wg, cancel: cancel, done: make(chan error, 1)}
 	go func() { m.done <- mgr.Start(ctx) }()
+	running := m.done
+	m.done = make(chan error, 1)
+	go func() { err := <-running; m.done <- err; m.exited.Store(true) }()
 
 	addr := net.JoinHostPort(o.LocalServingHost, strconv.Itoa(o.LocalServingPort))
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-m.done:
-			return false, fmt.Errorf("the manager stopped: %w", err)
-		default:
+		if m.exited.Load() {
+			return false, errors.New("the manager stopped before serving")
 		}
 		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own server
 		if err != nil {
@@ -197,10 +202,12 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 	return m, nil
 }
 
-// Stop stops the manager and waits for it to exit.
+// Stop stops the manager and waits for it to exit. It may be called more than once.
 func (m *Manager) Stop() {
-	m.cancel()
-	<-m.done
+	m.stopOnce.Do(func() {
+		m.cancel()
+		<-m.done
+	})
 }
 
 // WebhookURL returns the URL the API server uses for the webhook at path, and a TLS config that

@@ -88,11 +88,11 @@ func (l lockedBuffer) Write(p []byte) (int, error) {
 func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 	key := job.Namespace + "/" + job.Name
 	r.mu.Lock()
-	if r.seen[key] || len(job.Status.Conditions) > 0 {
+	if r.seen[string(job.UID)] || len(job.Status.Conditions) > 0 {
 		r.mu.Unlock()
 		return
 	}
-	r.seen[key] = true
+	r.seen[string(job.UID)] = true
 	buf := &bytes.Buffer{}
 	r.logs[key] = buf
 	r.mu.Unlock()

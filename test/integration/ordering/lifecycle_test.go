@@ -1,0 +1,173 @@
+package ordering
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
+)
+
+// releaseAll drives an installed app to fully released.
+func releaseAll(t *testing.T, a *app) {
+	t.Helper()
+	eventuallyUngated(t, a.dbPod)
+	markStatefulSetReady(t, a.db)
+	eventuallyUngated(t, a.migPod)
+	markJobComplete(t, a.migrate)
+	eventuallyUngated(t, a.webPod)
+	markDeploymentReady(t, a.web)
+	NewWithT(t).Eventually(func(g Gomega) string { return sequenceStatus(g, a.ns).Status.Summary }).WithTimeout(timeout).
+		Should(Equal("database 1/1 Released, migrate 1/1 Released, web 1/1 Released"))
+}
+
+func TestUpgradeOrder(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := installApp(t)
+	releaseAll(t, a)
+
+	// One apply changes the database image and the web image.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.db), a.db)).To(Succeed())
+	a.db.Spec.Template.Spec.Containers[0].Image = "postgres:17"
+	g.Expect(env.Client.Update(ctx, a.db)).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.web), a.web)).To(Succeed())
+	a.web.Spec.Template.Spec.Containers[0].Image = "web:2"
+	g.Expect(env.Client.Update(ctx, a.web)).To(Succeed())
+
+	// The database rolls out first: its new pod starts at once; the new web pod (a new ReplicaSet)
+	// is gated; the old web pod keeps running.
+	newDB := podOf(t, a.db, a.db.Spec.Template, "controller-revision-hash", "db-2")
+	newWeb := podOf(t, a.web, a.web.Spec.Template, "pod-template-hash", "v2")
+	eventuallyUngated(t, newDB)
+	g.Eventually(groupPhase(a.ns, "database")).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+	expectGated(t, newWeb)
+	g.Expect(gated(g, a.webPod)).To(BeFalse(), "the old web pod must keep serving")
+
+	markStatefulSetReady(t, a.db)
+	t.Cleanup(func() {
+		if t.Failed() {
+			s := sequenceStatus(NewWithT(t), a.ns)
+			t.Logf("sequence: %+v", s.Status)
+			for _, gs := range s.Status.Groups {
+				if ns, n, ok := strings.Cut(gs.WaitJob, "/"); ok {
+					t.Logf("%s log:\n%s", gs.WaitJob, runner.Log(ns, n))
+				}
+			}
+		}
+	})
+	// The migration did not change: its barrier still holds. The web changed: its new revision gets
+	// its own wait Job, and its new pod starts once every earlier group is released.
+	eventuallyUngated(t, newWeb)
+	g.Eventually(groupPhase(a.ns, "migrate")).WithTimeout(timeout).Should(Equal(wavev1.GroupReleased))
+	g.Eventually(groupPhase(a.ns, "web")).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+}
+
+func TestTimeoutBlocksLaterGroups(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "timeouts-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: "slow-" + ns, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}},
+			{Name: "after-" + ns, Order: 2},
+		}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	slow := statefulSet(ns, "slow", map[string]string{keys.GroupLabel: "slow-" + ns})
+	after := deployment(ns, "after", map[string]string{keys.GroupLabel: "after-" + ns})
+	g.Eventually(func() error { return env.Client.Create(ctx, slow) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Create(ctx, after)).To(Succeed())
+	afterPod := podOf(t, after, after.Spec.Template, "pod-template-hash", "a1")
+
+	g.Eventually(groupPhase(ns, "slow-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
+	expectGated(t, afterPod)
+	seq := sequenceStatus(g, ns)
+	c := meta.FindStatusCondition(seq.Status.Conditions, "Ready")
+	g.Expect(c).NotTo(BeNil())
+	g.Expect(c.Reason).To(Equal(string(wavev1.GroupTimedOut)))
+	g.Expect(c.Message).To(ContainSubstring("not ready within 2s"))
+	jobNS, jobName, _ := strings.Cut(seq.Status.Groups[0].WaitJob, "/")
+	g.Expect(runner.Log(jobNS, jobName)).To(ContainSubstring("was not ready within"))
+	j := &batchv1.Job{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: jobNS, Name: jobName}, j)).To(Succeed())
+	g.Expect(j.Annotations).To(HaveKeyWithValue(keys.Domain+"/exit-code", "2"), "the waiter exits 2 on timeout")
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		return reasons
+	}).WithTimeout(timeout).Should(ContainElement(sequence.ReasonGroupTimedOut))
+
+	// The policy now releases on timeout: later groups go ahead.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+	p.Spec.Groups[0].OnTimeout = wavev1.OnTimeoutRelease
+	g.Expect(env.Client.Update(ctx, p)).To(Succeed())
+	eventuallyUngated(t, afterPod)
+}
+
+func TestRequiredGroupBlocksWhileItHasNoMembers(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "required-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{{Name: "db-" + ns, Order: 1, Required: true}, {Name: "app-" + ns, Order: 2}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	app := deployment(ns, "app", map[string]string{keys.GroupLabel: "app-" + ns})
+	g.Eventually(func() error { return env.Client.Create(ctx, app) }).WithTimeout(timeout).Should(Succeed())
+	appPod := podOf(t, app, app.Spec.Template, "pod-template-hash", "a")
+	g.Eventually(groupPhase(ns, "db-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+	expectGated(t, appPod)
+	g.Expect(sequenceStatus(g, ns).Status.Groups[0].Message).To(Equal("required group has no members yet"))
+
+	// The database arrives with a separate sync; once ready, the app goes.
+	db := statefulSet(ns, "db", map[string]string{keys.GroupLabel: "db-" + ns})
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	expectGated(t, appPod)
+	markStatefulSetReady(t, db)
+	eventuallyUngated(t, appPod)
+}
+
+// TestManagerRestartMidSequence kills the manager while a group waits: nothing is released while
+// it is down, and the new manager resumes from the cluster's state alone.
+func TestManagerRestartMidSequence(t *testing.T) {
+	g := NewWithT(t)
+	a := installApp(t)
+	eventuallyUngated(t, a.dbPod)
+	g.Eventually(groupPhase(a.ns, "database")).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+
+	mgr.Stop()
+	markStatefulSetReady(t, a.db) // the wait Job (not the manager) sees this and completes
+	g.Eventually(func(g Gomega) bool {
+		var jobs batchv1.JobList
+		g.Expect(env.Client.List(context.Background(), &jobs, client.InNamespace(a.ns), client.MatchingLabels{keys.WaitJobLabel: "true"})).To(Succeed())
+		g.Expect(jobs.Items).To(HaveLen(1))
+		return sequence.StateOf(&jobs.Items[0]) == sequence.JobComplete
+	}).WithTimeout(timeout).Should(BeTrue())
+	expectGated(t, a.migPod, a.webPod) // no manager, no release
+
+	var err error
+	mgr, err = env.StartManager(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	eventuallyUngated(t, a.migPod)
+	expectGated(t, a.webPod)
+	markJobComplete(t, a.migrate)
+	eventuallyUngated(t, a.webPod)
+}
