@@ -24,6 +24,8 @@ type managerOptions struct {
 	leaderElect   bool
 	secureMetrics bool
 	enableHTTP2   bool
+	qps           float32
+	burst         int
 	wavegate      manager.Config
 	zap           zap.Options
 }
@@ -50,6 +52,8 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.wavegate.Namespace, "namespace", envOr("POD_NAMESPACE", "wavegate-system"), "wavegate's namespace")
 	f.StringVar(&o.wavegate.WaiterImage, "waiter-image", envOr("WAVEGATE_IMAGE", "wavegate:latest"),
 		"the image wait Jobs run: wavegate's own image")
+	f.Float32Var(&o.qps, "kube-api-qps", 100, "queries per second to the API server (ungating 100 pods is 100 patches)")
+	f.IntVar(&o.burst, "kube-api-burst", 200, "burst of queries to the API server")
 	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "serve HTTP/2 (off: CVE-2023-44487 and CVE-2023-39325)")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
@@ -67,7 +71,12 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 	if o.secureMetrics {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 manager.Scheme(),
 		Cache:                  manager.CacheOptions(o.wavegate),
 		Metrics:                metrics,

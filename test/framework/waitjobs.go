@@ -29,9 +29,17 @@ type WaitJobRunner struct {
 	dynamic dynamic.Interface
 	cancel  context.CancelFunc
 
-	mu   sync.Mutex
-	logs map[string]*bytes.Buffer
-	seen map[string]bool
+	mu        sync.Mutex
+	logs      map[string]*bytes.Buffer
+	seen      map[string]bool
+	completed map[string]time.Time
+}
+
+// CompletedAt returns when the runner wrote a wait Job's final status, or the zero time.
+func (r *WaitJobRunner) CompletedAt(namespace, name string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.completed[namespace+"/"+name]
 }
 
 // RunWaitJobs starts the runner; stop it with Stop.
@@ -45,7 +53,7 @@ func (e *Env) RunWaitJobs(ctx context.Context) (*WaitJobRunner, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &WaitJobRunner{clients: cs, dynamic: dyn, cancel: cancel, logs: map[string]*bytes.Buffer{}, seen: map[string]bool{}}
+	r := &WaitJobRunner{clients: cs, dynamic: dyn, cancel: cancel, logs: map[string]*bytes.Buffer{}, seen: map[string]bool{}, completed: map[string]time.Time{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"}).String()
 	}))
@@ -153,6 +161,11 @@ func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started me
 		j.Status.Failed = 1
 		j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, reason), cond(batchv1.JobFailed, reason)}
 	}
-	_, err = r.clients.BatchV1().Jobs(job.Namespace).UpdateStatus(ctx, j, metav1.UpdateOptions{})
-	return err
+	if _, err = r.clients.BatchV1().Jobs(job.Namespace).UpdateStatus(ctx, j, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.completed[job.Namespace+"/"+job.Name] = time.Now()
+	r.mu.Unlock()
+	return nil
 }
