@@ -1,0 +1,113 @@
+package sequence
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/resolve"
+)
+
+func m(group string, order int32, ns, name string, gen int64) Member {
+	return Member{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name, UID: types.UID(name), Generation: gen,
+		Resolution: &resolve.Resolution{Group: group, GroupOrder: order}}
+}
+
+type phase struct {
+	Name     string
+	Phase    wavev1.GroupPhase
+	Open     bool
+	Released bool
+}
+
+func phases(gs []*Group) []phase {
+	out := make([]phase, len(gs))
+	for i, g := range gs {
+		out[i] = phase{g.Name, g.Phase, g.Open, g.Released}
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	members := []Member{m("web", 3, "shop", "web", 1), m("db", 1, "shop", "db", 1), m("migrate", 2, "shop", "migrate", 1)}
+	complete := func(done ...string) JobStates {
+		return func(_, name string) JobState {
+			for _, g := range done {
+				if name == JobName("shop", g, revision([]Member{byGroup(members, g)})) {
+					return JobComplete
+				}
+			}
+			return JobMissing
+		}
+	}
+	required := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
+	webOnly := []Member{m("web", 3, "shop", "web", 1)}
+	webOnly[0].Resolution.Policy = func() *policy.Group { g, _ := required.Group("web"); return &g }()
+
+	cases := map[string]struct {
+		members []Member
+		idx     *policy.Index
+		jobs    JobStates
+		want    []phase
+	}{
+		"nothing released": {members: members, jobs: complete(), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false}, {"migrate", wavev1.GroupPending, false, false}, {"web", wavev1.GroupPending, false, false}}},
+		"first released": {members: members, jobs: complete("db"), want: []phase{
+			{"db", wavev1.GroupReleased, true, true}, {"migrate", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+		"a later group's old Job does not open it early": {members: members, jobs: complete("migrate"), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false}, {"migrate", wavev1.GroupPending, false, true}, {"web", wavev1.GroupPending, false, false}}},
+		"all released": {members: members, jobs: complete("db", "migrate", "web"), want: []phase{
+			{"db", wavev1.GroupReleased, true, true}, {"migrate", wavev1.GroupReleased, true, true}, {"web", wavev1.GroupReleased, true, true}}},
+		"a required group without members blocks": {members: webOnly, idx: required, jobs: complete(), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := Plan("shop", tc.members, tc.idx, tc.jobs, "wavegate-system")
+			if diff := cmp.Diff(tc.want, phases(got)); diff != "" {
+				t.Errorf("Plan (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func byGroup(ms []Member, g string) Member {
+	for _, m := range ms {
+		if m.Resolution.Group == g {
+			return m
+		}
+	}
+	return Member{}
+}
+
+func TestRevisionChangesWithMembersAndGenerations(t *testing.T) {
+	a := revision([]Member{m("db", 1, "ns", "a", 1)})
+	for name, ms := range map[string][]Member{
+		"new generation": {m("db", 1, "ns", "a", 2)},
+		"member added":   {m("db", 1, "ns", "a", 1), m("db", 1, "ns", "b", 1)},
+		"member removed": {},
+	} {
+		if revision(ms) == a {
+			t.Errorf("%s: revision did not change", name)
+		}
+	}
+	if revision([]Member{m("db", 1, "ns", "a", 1)}) != a {
+		t.Error("revision is not deterministic")
+	}
+}
+
+func TestNames(t *testing.T) {
+	if got := JobName("shop", "Database_Primary", "abc"); len(got) > 63 || got != JobName("shop", "Database_Primary", "abc") {
+		t.Errorf("JobName = %q: must be deterministic and at most 63 characters", got)
+	}
+	for seq, want := range map[string]string{"shop": "shop", "GPU_stack": "gpu-stack-"} {
+		if got := ObjectName(seq); len(got) < len(want) || got[:len(want)] != want {
+			t.Errorf("ObjectName(%q) = %q, want prefix %q", seq, got, want)
+		}
+	}
+}
