@@ -44,6 +44,15 @@ const (
 	// TeardownFinalizer holds a deleted member until every later group of its sequence is gone.
 	TeardownFinalizer = Domain + "/ordered-teardown"
 
+	// CleanupAnnotation on a member lists kinds (resource.group, comma-separated, for example
+	// clusterpolicies.nvidia.com) whose objects wavegate deletes, and waits to be gone, before the
+	// member's deletion completes: custom resources created outside Git.
+	CleanupAnnotation = Domain + "/cleanup"
+
+	// AggregateToManagerLabel on a ClusterRole adds its rules to the manager's: how users grant
+	// wavegate access to their custom resource kinds.
+	AggregateToManagerLabel = Domain + "/aggregate-to-manager"
+
 	// FieldManager is the field manager of every write wavegate's controllers make.
 	FieldManager = "wavegate"
 )

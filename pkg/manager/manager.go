@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,7 @@ import (
 	"wavegate.io/wavegate/pkg/mutate"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/pkg/teardown"
 	"wavegate.io/wavegate/pkg/webhookconfig"
 )
 
@@ -95,6 +97,8 @@ type Wavegate struct {
 	Cleared *sequence.ClearedStore
 	// Members tracks the group members (on the leader).
 	Members *members.Tracker
+	// Permissions says which kinds may carry the teardown finalizer.
+	Permissions *teardown.Permissions
 }
 
 // Setup adds wavegate's components to mgr.
@@ -107,7 +111,12 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(cleared); err != nil {
 		return nil, fmt.Errorf("adding the cleared-templates store: %w", err)
 	}
-	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared})
+	perms := &teardown.Permissions{Client: kubernetes.NewForConfigOrDie(mgr.GetConfig()), Namespace: cfg.Namespace}
+	if err := mgr.Add(perms); err != nil {
+		return nil, fmt.Errorf("adding the permission review: %w", err)
+	}
+	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared, Permissions: perms})
+	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared})
 
 	tracker, err := newTracker(mgr, store)
 	if err != nil {
@@ -153,7 +162,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, fmt.Errorf("adding the webhook health check: %w", err)
 	}
-	return &Wavegate{Policies: store, Cleared: cleared, Members: tracker}, nil
+	return &Wavegate{Policies: store, Cleared: cleared, Members: tracker, Permissions: perms}, nil
 }
 
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch

@@ -5,12 +5,14 @@ package mutate
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
@@ -34,10 +36,20 @@ type GateSource interface {
 	Cleared(sequence, group, template string) bool
 }
 
+// PermissionSource tells whether the manager may patch a resource: admission never adds a
+// finalizer that no wavegate controller could remove.
+type PermissionSource interface {
+	CanPatch(group, resource string) bool
+}
+
 // Request is what Mutate needs to know of the admission request besides the object.
 type Request struct {
 	GroupKind schema.GroupKind
+	// Resource is the request's resource (group and plural name).
+	Resource  schema.GroupResource
 	Namespace string
+	// Permissions is consulted before adding the teardown finalizer; nil adds none.
+	Permissions PermissionSource
 	// Create is true for CREATE: scheduling gates can only be added when a pod is created.
 	Create bool
 	// Gates is consulted for pods; nil gates every member pod.
@@ -92,6 +104,14 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 		}
 	}
+	if req.GroupKind != podGroupKind && teardownOrdered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
+		req.Permissions != nil && req.Permissions.CanPatch(req.Resource.Group, req.Resource.Resource) {
+		if obj.HasFinalizers {
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", keys.TeardownFinalizer))
+		} else {
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{keys.TeardownFinalizer}))
+		}
+	}
 	if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
 		(req.Gates == nil || !req.Gates.Cleared(res.Sequence, res.Group, obj.templateToken())) {
 		// Every new member pod waits for the controller, unless its template was already cleared:
@@ -107,4 +127,10 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
+}
+
+// teardownOrdered reports whether a member's deletion is ordered: the default, unless its policy
+// turns teardown off.
+func teardownOrdered(res *resolve.Resolution) bool {
+	return res.Policy == nil || res.Policy.Teardown != wavev1.TeardownDisabled
 }

@@ -15,6 +15,9 @@ type partialObject struct {
 	Labels      map[string]string
 	Annotations map[string]string
 	Deleting    bool
+	// Finalizers holds metadata.finalizers; HasFinalizers is true when the list is present.
+	Finalizers    []string
+	HasFinalizers bool
 	// Controller is the UID of the object's controller, "" without one.
 	Controller string
 	// HasGates is true when spec.schedulingGates is present; Gated when it holds wavegate's gate.
@@ -58,6 +61,12 @@ func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error
 	}
 	if ts := v.Get("metadata", "deletionTimestamp"); ts != nil && ts.Type() != fastjson.TypeNull {
 		o.Deleting = true
+	}
+	if fs := v.Get("metadata", "finalizers"); fs != nil && fs.Type() == fastjson.TypeArray {
+		o.HasFinalizers = true
+		for _, f := range fs.GetArray() {
+			o.Finalizers = append(o.Finalizers, string(f.GetStringBytes()))
+		}
 	}
 	for _, ref := range v.GetArray("metadata", "ownerReferences") {
 		if ref.GetBool("controller") {

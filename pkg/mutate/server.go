@@ -29,7 +29,14 @@ type Server struct {
 	Policies PolicySource
 	// Gates tells which pod templates start without a gate; nil gates every member pod.
 	Gates GateSource
+	// Permissions tells which kinds may carry the teardown finalizer; nil adds none.
+	Permissions PermissionSource
 
+	reviews reviewReader
+}
+
+// reviewReader reads AdmissionReviews with pooled buffers and parsers and writes the answers.
+type reviewReader struct {
 	parsers fastjson.ParserPool
 	buffers sync.Pool
 }
@@ -39,11 +46,16 @@ var _ http.Handler = &Server{}
 // ServeHTTP implements http.Handler. Every answer is an AdmissionReview; garbage gets a denial
 // with a 4xx code, never a panic.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	buf, _ := s.buffers.Get().(*bytes.Buffer)
+	s.reviews.serve(w, r, s.review)
+}
+
+// serve reads one review, lets review answer its request and writes the answer.
+func (rr *reviewReader) serve(w http.ResponseWriter, r *http.Request, review func(*fastjson.Value) (types.UID, admission.Response)) {
+	buf, _ := rr.buffers.Get().(*bytes.Buffer)
 	if buf == nil {
 		buf = new(bytes.Buffer)
 	}
-	defer func() { buf.Reset(); s.buffers.Put(buf) }()
+	defer func() { buf.Reset(); rr.buffers.Put(buf) }()
 
 	var resp admission.Response
 	uid := types.UID("")
@@ -54,7 +66,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				resp = admission.Errored(http.StatusInternalServerError, fmt.Errorf("wavegate failed to review the object"))
 			}
 		}()
-		uid, resp = s.review(r, buf)
+		p := rr.parsers.Get()
+		defer rr.parsers.Put(p)
+		req, err := readReview(r, buf, p)
+		if err != nil {
+			resp = err.(statusError).resp
+			uid = err.(statusError).uid
+			return
+		}
+		uid, resp = review(req)
 	}()
 	resp.UID = uid
 	if len(resp.Patches) > 0 {
@@ -75,46 +95,61 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) review(r *http.Request, buf *bytes.Buffer) (types.UID, admission.Response) {
+// statusError is a review that cannot be answered, with the answer to give instead.
+type statusError struct {
+	uid  types.UID
+	resp admission.Response
+}
+
+func (e statusError) Error() string { return e.resp.Result.Message }
+
+func fail(uid types.UID, code int32, err error) statusError {
+	return statusError{uid, admission.Errored(code, err)}
+}
+
+// readReview reads and parses an AdmissionReview and returns its request.
+func readReview(r *http.Request, buf *bytes.Buffer, p *fastjson.Parser) (*fastjson.Value, error) {
 	if r.Method != http.MethodPost {
-		return "", admission.Errored(http.StatusMethodNotAllowed, fmt.Errorf("use POST, not %s", r.Method))
+		return nil, fail("", http.StatusMethodNotAllowed, fmt.Errorf("use POST, not %s", r.Method))
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
-		return "", admission.Errored(http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", ct))
+		return nil, fail("", http.StatusUnsupportedMediaType, fmt.Errorf("content type %q is not application/json", ct))
 	}
 	if r.Body == nil {
-		return "", admission.Errored(http.StatusBadRequest, errors.New("the request has no body"))
+		return nil, fail("", http.StatusBadRequest, errors.New("the request has no body"))
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, maxReviewBytes+1))
 	if err != nil {
-		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("reading the request: %w", err))
+		return nil, fail("", http.StatusBadRequest, fmt.Errorf("reading the request: %w", err))
 	}
 	if n > maxReviewBytes {
-		return "", admission.Errored(http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than %d bytes", maxReviewBytes))
+		return nil, fail("", http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than %d bytes", maxReviewBytes))
 	}
-	p := s.parsers.Get()
-	defer s.parsers.Put(p)
 	v, err := p.ParseBytes(buf.Bytes())
 	if err != nil {
-		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("the request is not JSON: %w", err))
+		return nil, fail("", http.StatusBadRequest, fmt.Errorf("the request is not JSON: %w", err))
 	}
 	if api, kind := string(v.GetStringBytes("apiVersion")), string(v.GetStringBytes("kind")); api != "admission.k8s.io/v1" || kind != "AdmissionReview" {
-		return "", admission.Errored(http.StatusBadRequest, fmt.Errorf("expected an admission.k8s.io/v1 AdmissionReview, got %q %q", api, kind))
+		return nil, fail("", http.StatusBadRequest, fmt.Errorf("expected an admission.k8s.io/v1 AdmissionReview, got %q %q", api, kind))
 	}
 	req := v.Get("request")
 	if req == nil || req.Type() != fastjson.TypeObject {
-		return "", admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview has no request"))
+		return nil, fail("", http.StatusBadRequest, errNoRequest)
 	}
 	uid := types.UID(req.GetStringBytes("uid"))
 	if uid == "" {
-		return "", admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no uid"))
+		return nil, fail("", http.StatusBadRequest, errors.New("the AdmissionReview's request has no uid"))
 	}
+	if string(req.GetStringBytes("operation")) == "" {
+		return nil, fail(uid, http.StatusBadRequest, errors.New("the AdmissionReview's request has no operation"))
+	}
+	return req, nil
+}
+
+func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
+	uid := types.UID(req.GetStringBytes("uid"))
 	op := string(req.GetStringBytes("operation"))
-	switch op {
-	case string(admissionv1.Create), string(admissionv1.Update):
-	case "":
-		return uid, admission.Errored(http.StatusBadRequest, errors.New("the AdmissionReview's request has no operation"))
-	default:
+	if op != string(admissionv1.Create) && op != string(admissionv1.Update) {
 		return uid, admission.Allowed("wavegate only mutates CREATE and UPDATE")
 	}
 	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
@@ -131,7 +166,9 @@ func (s *Server) review(r *http.Request, buf *bytes.Buffer) (types.UID, admissio
 	if err != nil {
 		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 	}
-	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace, Create: op == string(admissionv1.Create), Gates: s.Gates}, idx)
+	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
+	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, Create: op == string(admissionv1.Create),
+		Gates: s.Gates, Permissions: s.Permissions}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}

@@ -24,6 +24,8 @@ type Group struct {
 	Timeout   time.Duration
 	OnTimeout wavev1.OnTimeout
 	Teardown  wavev1.Teardown
+	// ForceRemoveFinalizers allows the last-resort removal of stuck cleanup finalizers.
+	ForceRemoveFinalizers bool
 	// Policy is the WavePolicy that defines the group.
 	Policy string
 }
@@ -87,6 +89,10 @@ func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
 	}
 	if d.Teardown != "" {
 		out.Teardown = d.Teardown
+	}
+	out.ForceRemoveFinalizers = d.ForceRemoveFinalizers
+	if g.ForceRemoveFinalizers != nil {
+		out.ForceRemoveFinalizers = *g.ForceRemoveFinalizers
 	}
 	if g.Timeout != nil {
 		out.Timeout = g.Timeout.Duration

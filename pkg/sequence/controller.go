@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,19 +93,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	plan := Plan(seq, ms, idx, jobStates(jobs), r.Namespace)
+	td, err := r.teardown(ctx, seq, objs, idx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 
 	prev := &wavev1.Sequence{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
-	if len(plan) == 0 && len(jobs) == 0 {
+	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 {
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx}
 	for _, g := range plan {
-		if g.Open && g.JobName != "" && g.JobState == JobMissing {
+		// A group whose members are being deleted gets no new wait Job: its revision is not final.
+		if g.Open && g.JobName != "" && g.JobState == JobMissing && td.terminating[g.Name] == 0 {
 			open, err := fresh.open(ctx, g.Name)
 			if err != nil {
 				return ctrl.Result{}, err
@@ -124,7 +130,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.emitEvents(plan, prev, objs)
-	return ctrl.Result{}, r.writeStatus(ctx, seq, plan, gated, prev)
+	return ctrl.Result{RequeueAfter: td.requeue}, r.writeStatus(ctx, seq, plan, gated, td, prev)
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {
@@ -479,7 +485,7 @@ func eventMessage(g, blocker *Group) string {
 	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
 }
 
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, prev *wavev1.Sequence) error {
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardownResult, prev *wavev1.Sequence) error {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -497,7 +503,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	allReleased := true
 	for _, g := range plan {
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
-			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name]}
+			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
+			Terminating: td.terminating[g.Name], Held: td.held[g.Name]}
 		if g.JobName != "" {
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
@@ -508,6 +515,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
 		allReleased = allReleased && g.Released
 	}
+	// Groups whose every object is being deleted are no longer planned, but teardown still orders
+	// them: they stay in the status (and in what admission reads) until they are gone.
+	for name, n := range td.terminating {
+		if !slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
+			groups = append(groups, wavev1.GroupStatus{Name: name, Order: terminatingOrder(prev, name), Phase: wavev1.GroupTerminating,
+				Terminating: n, Held: td.held[name], Message: "being deleted"})
+		}
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })
 	seqObj.Status.Groups = groups
 	seqObj.Status.Summary = strings.Join(summary, ", ")
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Released", Message: "every group is released"}
@@ -548,6 +564,16 @@ func (r *Reconciler) clearedTemplates(ctx context.Context, seq, group string, be
 	}
 	sort.Strings(out)
 	return out
+}
+
+// terminatingOrder is the order a group had in the last status.
+func terminatingOrder(prev *wavev1.Sequence, group string) int32 {
+	for _, g := range prev.Status.Groups {
+		if g.Name == group {
+			return g.Order
+		}
+	}
+	return 0
 }
 
 func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) error {

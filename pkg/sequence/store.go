@@ -19,7 +19,14 @@ type ClearedStore struct {
 
 	mu      sync.RWMutex
 	cleared map[string]map[string]map[string]bool // sequence -> group -> template
+	groups  map[string][]groupCount               // sequence -> groups with objects
 	synced  bool
+}
+
+type groupCount struct {
+	name    string
+	order   int32
+	objects int32
 }
 
 // NewClearedStore returns a store reading Sequences from c; add it to the manager.
@@ -69,10 +76,21 @@ func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {
 	if s.cleared == nil {
 		s.cleared = map[string]map[string]map[string]bool{}
 	}
+	if s.groups == nil {
+		s.groups = map[string][]groupCount{}
+	}
 	if obj == nil {
 		delete(s.cleared, seq)
+		delete(s.groups, seq)
 		return
 	}
+	var counts []groupCount
+	for _, g := range obj.Status.Groups {
+		if n := g.Members + g.Terminating; n > 0 {
+			counts = append(counts, groupCount{g.Name, g.Order, n})
+		}
+	}
+	s.groups[seq] = counts
 	groups := map[string]map[string]bool{}
 	for _, g := range obj.Status.Groups {
 		if len(g.ClearedTemplates) == 0 {
@@ -103,4 +121,19 @@ func (s *ClearedStore) Synced() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.synced
+}
+
+// Later returns the groups of a sequence after order that still have objects, and how many.
+func (s *ClearedStore) Later(seq string, order int32) ([]string, int32) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var names []string
+	var n int32
+	for _, g := range s.groups[seq] {
+		if g.order > order {
+			names = append(names, g.name)
+			n += g.objects
+		}
+	}
+	return names, n
 }

@@ -76,14 +76,14 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := RenderWebhooks(filepath.Join(root, "config", "webhook"))
+	hooks, validating, err := RenderWebhooks(filepath.Join(root, "config", "webhook"))
 	if err != nil {
 		return nil, err
 	}
 	e := &Env{env: &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: hooks, ValidatingWebhooks: validating},
 	}}
 	if e.Config, err = e.env.Start(); err != nil {
 		return nil, fmt.Errorf("starting the API server: %w", err)
@@ -113,31 +113,38 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // WebhookOptions returns where the API server expects the webhook and the CA it trusts.
 func (e *Env) WebhookOptions() envtest.WebhookInstallOptions { return e.env.WebhookInstallOptions }
 
-// RenderWebhooks renders a kustomization and returns its MutatingWebhookConfigurations.
-func RenderWebhooks(dir string) ([]*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+// RenderWebhooks renders a kustomization and returns its webhook configurations.
+func RenderWebhooks(dir string) ([]*admissionregistrationv1.MutatingWebhookConfiguration, []*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, fmt.Errorf("rendering %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("rendering %s: %w", dir, err)
 	}
-	var out []*admissionregistrationv1.MutatingWebhookConfiguration
+	var mutating []*admissionregistrationv1.MutatingWebhookConfiguration
+	var validating []*admissionregistrationv1.ValidatingWebhookConfiguration
 	for _, r := range m.Resources() {
-		if r.GetKind() != "MutatingWebhookConfiguration" {
-			continue
-		}
 		b, err := r.AsYAML()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		h := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := yaml.UnmarshalStrict(b, h); err != nil {
-			return nil, fmt.Errorf("decoding the rendered webhook configuration: %w", err)
+		switch r.GetKind() {
+		case "MutatingWebhookConfiguration":
+			h := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := yaml.UnmarshalStrict(b, h); err != nil {
+				return nil, nil, fmt.Errorf("decoding the rendered webhook configuration: %w", err)
+			}
+			mutating = append(mutating, h)
+		case "ValidatingWebhookConfiguration":
+			h := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := yaml.UnmarshalStrict(b, h); err != nil {
+				return nil, nil, fmt.Errorf("decoding the rendered webhook configuration: %w", err)
+			}
+			validating = append(validating, h)
 		}
-		out = append(out, h)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s renders no MutatingWebhookConfiguration", dir)
+	if len(mutating) == 0 {
+		return nil, nil, fmt.Errorf("%s renders no MutatingWebhookConfiguration", dir)
 	}
-	return out, nil
+	return mutating, validating, nil
 }
 
 // Manager is a running wavegate manager.
@@ -193,7 +200,7 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 			return false, nil
 		}
 		_ = conn.Close()
-		return wg.Policies.Synced() && wg.Cleared.Synced(), nil
+		return wg.Policies.Synced() && wg.Cleared.Synced() && wg.Permissions.Ready(), nil
 	})
 	if err != nil {
 		m.Stop()

@@ -5,7 +5,7 @@ import (
 )
 
 // GroupPhase is where a group of a sequence stands.
-// +kubebuilder:validation:Enum=Pending;Waiting;Released;Failed;TimedOut
+// +kubebuilder:validation:Enum=Pending;Waiting;Released;Failed;TimedOut;Terminating
 type GroupPhase string
 
 const (
@@ -19,6 +19,8 @@ const (
 	GroupFailed GroupPhase = "Failed"
 	// GroupTimedOut: the group was not ready within its timeout.
 	GroupTimedOut GroupPhase = "TimedOut"
+	// GroupTerminating: every object of the group is being deleted.
+	GroupTerminating GroupPhase = "Terminating"
 )
 
 // SequenceSpec names the sequence the object reports on.
@@ -42,6 +44,12 @@ type GroupStatus struct {
 	// WaitJob is the wait Job of the current revision, as namespace/name.
 	// +optional
 	WaitJob string `json:"waitJob,omitempty"`
+	// Terminating counts objects of this group that are being deleted.
+	// +optional
+	Terminating int32 `json:"terminating,omitempty"`
+	// Held counts deleted objects of this group that teardown holds until later groups are gone.
+	// +optional
+	Held int32 `json:"held,omitempty"`
 	// GatedPods counts pods of this group that still carry the scheduling gate.
 	GatedPods int32 `json:"gatedPods,omitempty"`
 	// ClearedTemplates are the pod templates (controller UID and template hash) whose new pods may

@@ -104,6 +104,12 @@ type GroupDefaults struct {
 	// +optional
 	// +kubebuilder:default=Ordered
 	Teardown Teardown `json:"teardown,omitempty"`
+
+	// ForceRemoveFinalizers is the last resort of teardown: when a held member's declared cleanup
+	// objects are still there after the timeout, wavegate removes their finalizers (with Warning
+	// Events) so that nothing stays stuck. Off by default.
+	// +optional
+	ForceRemoveFinalizers bool `json:"forceRemoveFinalizers,omitempty"`
 }
 
 // GroupSpec is one group of a policy.
@@ -135,6 +141,10 @@ type GroupSpec struct {
 	// Teardown overrides defaults.teardown.
 	// +optional
 	Teardown Teardown `json:"teardown,omitempty"`
+
+	// ForceRemoveFinalizers overrides defaults.forceRemoveFinalizers.
+	// +optional
+	ForceRemoveFinalizers *bool `json:"forceRemoveFinalizers,omitempty"`
 }
 
 // WavePolicyStatus reports whether the policy is in effect.

@@ -1,0 +1,317 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/resolve"
+)
+
+// Teardown event reasons.
+const (
+	ReasonTeardownHeld     = "TeardownHeld"
+	ReasonTeardownReleased = "TeardownReleased"
+	ReasonTeardownTimeout  = "TeardownTimeout"
+	ReasonCleanupDeleted   = "CleanupDeleted"
+	ReasonFinalizersForced = "FinalizersForced"
+	ReasonFinalizerRemoved = "FinalizerReleased"
+)
+
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// teardownResult is what the teardown step reports for the status.
+type teardownResult struct {
+	terminating map[string]int32
+	held        map[string]int32
+	requeue     time.Duration
+}
+
+type resolvedObject struct {
+	members.Object
+	res *resolve.Resolution
+}
+
+// teardown holds deleted members until every member of every later group of the sequence is gone
+// from the API server, then removes wavegate's finalizer. It also releases the finalizer wherever
+// ordering no longer applies: the namespace opted out, or the policy turned teardown off.
+func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index) (*teardownResult, error) {
+	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}}
+	var all []resolvedObject
+	for _, o := range objs {
+		ns := o.GetNamespace()
+		if !o.Kind.Namespaced {
+			ns = ""
+		}
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, Labels: o.GetLabels()}, idx)
+		if res == nil || len(errs) > 0 {
+			if hasFinalizer(o) {
+				// Labels that no longer resolve cannot be ordered: never strand the object.
+				if err := r.releaseFinalizer(ctx, o, "its labels no longer name a valid group"); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		all = append(all, resolvedObject{o, res})
+		if o.GetDeletionTimestamp() != nil {
+			out.terminating[res.Group]++
+		}
+	}
+	for _, o := range all {
+		if !hasFinalizer(o) {
+			continue
+		}
+		if reason, release := r.orderingOff(ctx, o); release {
+			if err := r.releaseFinalizer(ctx, o.Object, reason); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if o.GetDeletionTimestamp() == nil {
+			continue
+		}
+		held, requeue, err := r.hold(ctx, seq, o, all, idx)
+		if err != nil {
+			return nil, err
+		}
+		if held {
+			out.held[o.res.Group]++
+			if requeue > 0 && (out.requeue == 0 || requeue < out.requeue) {
+				out.requeue = requeue
+			}
+			continue
+		}
+		if err := r.removeFinalizer(ctx, o.Object); err != nil {
+			return nil, err
+		}
+		r.event(o.Unstructured, corev1.EventTypeNormal, ReasonTeardownReleased, "every later group of sequence %s is gone: deletion continues", seq)
+	}
+	return out, nil
+}
+
+// orderingOff reports whether an object's finalizer must be released although it is not deleted
+// yet, or deleted without order: its namespace opted out, or its policy turned teardown off.
+func (r *Reconciler) orderingOff(ctx context.Context, o resolvedObject) (string, bool) {
+	if o.res.Policy != nil && o.res.Policy.Teardown == wavev1.TeardownDisabled {
+		return fmt.Sprintf("WavePolicy %s turned teardown off for group %s", o.res.Policy.Policy, o.res.Group), true
+	}
+	if o.Kind.Namespaced {
+		ns := &corev1.Namespace{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: o.GetNamespace()}, ns); err == nil && ns.Labels[keys.EnabledLabel] != "true" {
+			return fmt.Sprintf("namespace %s is not opted in (%s)", ns.Name, keys.EnabledLabel), true
+		}
+	}
+	return "", false
+}
+
+// hold decides whether a deleted member must wait, deleting its declared cleanup objects on the way.
+func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index) (bool, time.Duration, error) {
+	var remaining []string
+	groups := map[string]int{}
+	for _, l := range all {
+		if l.res.GroupOrder > o.res.GroupOrder {
+			groups[l.res.Group]++
+			remaining = append(remaining, l.Kind.GVK.Kind+"/"+l.GetName())
+		}
+	}
+	cleanupLeft, stuck, err := r.cleanup(ctx, o)
+	if err != nil {
+		return false, 0, err
+	}
+	if len(remaining) == 0 && cleanupLeft == 0 {
+		// Before letting go, confirm on a consistent read that no later object exists that the
+		// cache has not seen (created a moment ago, say).
+		fresh, err := r.Tracker.FreshMembers(ctx, seq, "")
+		if err != nil {
+			return false, 0, err
+		}
+		for _, f := range fresh {
+			res, errs := resolve.Resolve(resolve.Object{Namespace: nsOf(f.Kind, f), Labels: f.GetLabels()}, idx)
+			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
+				return true, time.Second, nil
+			}
+		}
+		return false, 0, nil
+	}
+	var parts []string
+	for _, g := range sortedKeys(groups) {
+		parts = append(parts, fmt.Sprintf("group %s", g))
+	}
+	if cleanupLeft > 0 {
+		parts = append(parts, fmt.Sprintf("declared cleanup (%s)", o.GetAnnotations()[keys.CleanupAnnotation]))
+	}
+	msg := fmt.Sprintf("held until %s is gone: %d objects remain", strings.Join(parts, " and "), len(remaining)+cleanupLeft)
+	r.event(o.Unstructured, corev1.EventTypeNormal, ReasonTeardownHeld, "%s", msg)
+
+	timeout := policy.DefaultTimeout
+	force := false
+	if o.res.Policy != nil {
+		timeout, force = o.res.Policy.Timeout, o.res.Policy.ForceRemoveFinalizers
+	}
+	since := r.now().Sub(o.GetDeletionTimestamp().Time)
+	if since < timeout {
+		requeue := timeout - since
+		if cleanupLeft > 0 && requeue > 2*time.Second {
+			requeue = 2 * time.Second // cleanup objects are not watched
+		}
+		return true, requeue, nil
+	}
+	r.event(o.Unstructured, corev1.EventTypeWarning, ReasonTeardownTimeout, "%s after %s", msg, timeout)
+	if force && len(stuck) > 0 {
+		for _, s := range stuck {
+			if err := r.forceFinalizers(ctx, s); err != nil {
+				return false, 0, err
+			}
+			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonFinalizersForced,
+				"removed the finalizers %v of %s/%s after %s (policy: forceRemoveFinalizers)", s.GetFinalizers(), s.GetNamespace(), s.GetName(), timeout)
+		}
+	}
+	return true, 30 * time.Second, nil
+}
+
+func nsOf(k members.Kind, o metav1.Object) string {
+	if !k.Namespaced {
+		return ""
+	}
+	return o.GetNamespace()
+}
+
+type stuckObject struct {
+	gvr schema.GroupVersionResource
+	*metav1.PartialObjectMetadata
+}
+
+// cleanup deletes the objects of the kinds a member declares (keys.CleanupAnnotation) and returns
+// how many still exist, and those of them that are stuck being deleted.
+func (r *Reconciler) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObject, error) {
+	decl := o.GetAnnotations()[keys.CleanupAnnotation]
+	if decl == "" {
+		return 0, nil, nil
+	}
+	left := 0
+	var stuck []stuckObject
+	for _, kind := range strings.Split(decl, ",") {
+		kind = strings.TrimSpace(kind)
+		if kind == "" {
+			continue
+		}
+		gvr, err := r.resourceFor(kind)
+		if err != nil {
+			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonTeardownHeld, "%s %s: %v", keys.CleanupAnnotation, kind, err)
+			continue // an unknown kind has no objects: nothing to wait for
+		}
+		list, err := r.Tracker.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return 0, nil, fmt.Errorf("listing cleanup kind %s: %w", kind, err)
+		}
+		for i := range list.Items {
+			it := &list.Items[i]
+			left++
+			if it.DeletionTimestamp != nil {
+				stuck = append(stuck, stuckObject{gvr, it})
+				continue
+			}
+			err := r.Tracker.Metadata.Resource(gvr).Namespace(it.Namespace).Delete(ctx, it.Name,
+				metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)})
+			if client.IgnoreNotFound(err) != nil {
+				return 0, nil, fmt.Errorf("deleting cleanup object %s %s: %w", kind, klog.KObj(it), err)
+			}
+			r.event(o.Unstructured, corev1.EventTypeNormal, ReasonCleanupDeleted, "deleted %s %s before this object goes", kind, klog.KObj(it))
+		}
+	}
+	return left, stuck, nil
+}
+
+func (r *Reconciler) resourceFor(kind string) (schema.GroupVersionResource, error) {
+	gr := schema.ParseGroupResource(kind)
+	for _, k := range r.Tracker.Kinds() {
+		if k.GVR.GroupResource() == gr {
+			return k.GVR, nil
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("the API server serves no resource %q", kind)
+}
+
+func (r *Reconciler) forceFinalizers(ctx context.Context, s stuckObject) error {
+	patch := []byte(fmt.Sprintf(`{"metadata":{"finalizers":null,"resourceVersion":%q}}`, s.ResourceVersion))
+	_, err := r.Tracker.Metadata.Resource(s.gvr).Namespace(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: keys.FieldManager})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("forcing the finalizers of %s: %w", klog.KObj(s), err)
+	}
+	return nil
+}
+
+func hasFinalizer(o metav1.Object) bool {
+	return slices.Contains(o.GetFinalizers(), keys.TeardownFinalizer)
+}
+
+// removeFinalizer removes wavegate's finalizer with a JSON patch that tests it is still where it
+// was seen, so a concurrent change of the finalizers fails the patch instead of removing another.
+func (r *Reconciler) removeFinalizer(ctx context.Context, o members.Object) error {
+	i := slices.Index(o.GetFinalizers(), keys.TeardownFinalizer)
+	if i < 0 {
+		return nil
+	}
+	patch := []byte(fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
+		i, keys.TeardownFinalizer, i))
+	_, err := r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(nsOf(o.Kind, o)).Patch(ctx, o.GetName(), types.JSONPatchType, patch,
+		metav1.PatchOptions{FieldManager: keys.FieldManager})
+	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+		return nil // gone, or the finalizers changed: the next event reconciles again
+	}
+	if err != nil {
+		return fmt.Errorf("removing the teardown finalizer of %s %s: %w", o.Kind.GVK.Kind, klog.KObj(o), err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Removed the teardown finalizer", "kind", o.Kind.GVK.Kind, "object", klog.KObj(o))
+	return nil
+}
+
+func (r *Reconciler) releaseFinalizer(ctx context.Context, o members.Object, why string) error {
+	if err := r.removeFinalizer(ctx, o); err != nil {
+		return err
+	}
+	r.event(o.Unstructured, corev1.EventTypeNormal, ReasonFinalizerRemoved, "released the teardown finalizer: %s", why)
+	return nil
+}
+
+func (r *Reconciler) event(o *unstructured.Unstructured, typ, reason, format string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(o, nil, typ, reason, "Teardown", format, args...)
+	}
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,93 @@
+// Package teardown holds what ordered teardown needs beyond the sequence controller: knowing which
+// kinds the manager may remove a finalizer from, and releasing every wavegate finalizer and gate
+// when wavegate is uninstalled.
+package teardown
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=selfsubjectrulesreviews,verbs=create
+
+// Permissions knows which resources the manager may patch, so that admission never adds a
+// finalizer that no wavegate controller could remove. It asks the API server with a
+// SelfSubjectRulesReview in the background, never per admission request.
+type Permissions struct {
+	Client kubernetes.Interface
+	// Namespace the review is asked in: cluster-wide grants apply there too.
+	Namespace string
+	// Every is how often the review is refreshed (aggregated ClusterRoles change).
+	Every time.Duration
+
+	mu    sync.RWMutex
+	rules []authorizationv1.ResourceRule
+	ready bool
+}
+
+// NeedLeaderElection is false: every replica admits.
+func (p *Permissions) NeedLeaderElection() bool { return false }
+
+// Start refreshes the rules until ctx ends.
+func (p *Permissions) Start(ctx context.Context) error {
+	every := p.Every
+	if every == 0 {
+		every = 30 * time.Second
+	}
+	for {
+		if err := p.Refresh(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Reviewing the manager's permissions")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
+}
+
+// Refresh asks the API server once.
+func (p *Permissions) Refresh(ctx context.Context) error {
+	review, err := p.Client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: p.Namespace}}, metav1CreateOptions)
+	if err != nil {
+		return fmt.Errorf("creating a SelfSubjectRulesReview: %w", err)
+	}
+	p.mu.Lock()
+	p.rules, p.ready = review.Status.ResourceRules, true
+	p.mu.Unlock()
+	return nil
+}
+
+// CanPatch reports whether the manager may patch resource in group. Unknown means no.
+func (p *Permissions) CanPatch(group, resource string) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for _, r := range p.rules {
+		if matches(r.APIGroups, group) && matches(r.Resources, resource) && (matches(r.Verbs, "patch")) {
+			return true
+		}
+	}
+	return false
+}
+
+func matches(set []string, v string) bool {
+	return slices.Contains(set, v) || slices.Contains(set, "*")
+}
+
+// Ready reports whether the permissions have been reviewed once.
+func (p *Permissions) Ready() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.ready
+}
