@@ -15,7 +15,7 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newManagerCommand(), newWaitCommand())
+	root.AddCommand(newManagerCommand(), newWaitCommand(), newUninstallCommand())
 	return root
 }
 

@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -40,6 +41,9 @@ func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		panic(fmt.Sprintf("registering client-go types: %v", err))
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("registering apiextensions types: %v", err))
 	}
 	if err := wavev1.AddToScheme(s); err != nil {
 		panic(fmt.Sprintf("registering wavegate types: %v", err))

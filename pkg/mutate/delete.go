@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/valyala/fastjson"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -74,7 +75,7 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 		"wavegate: group %q of sequence %q is deleted after group(s) %s (%d objects remain); a foreground deletion would stop "+
 			"its pods first. Retry once they are gone, or delete with --cascade=background (wavegate then holds it until they are gone)",
 		res.Group, res.Sequence, strings.Join(groups, ", "), remaining))
-	resp.Result.Code = http.StatusConflict
+	resp.Result.Code, resp.Result.Reason = http.StatusConflict, metav1.StatusReasonConflict
 	return uid, resp
 }
 

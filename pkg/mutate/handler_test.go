@@ -356,3 +356,61 @@ type unstructuredLike struct {
 	Kind           string            `json:"kind"`
 	Metadata       metav1.ObjectMeta `json:"metadata"`
 }
+
+type allow bool
+
+func (a allow) CanPatch(string, string) bool { return bool(a) }
+
+func TestTeardownFinalizer(t *testing.T) {
+	member := map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1"}
+	off := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Defaults: wavev1.GroupDefaults{Teardown: wavev1.TeardownDisabled}, Groups: []wavev1.GroupSpec{{Name: "db", Order: 1}}}}})
+	cases := map[string]struct {
+		obj   runtime.Object
+		gk    schema.GroupKind
+		perms PermissionSource
+		idx   *policy.Index
+		want  []string
+	}{
+		"added when the manager may patch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: allow(true),
+			want: []string{keys.TeardownFinalizer}},
+		"appended to existing finalizers": {obj: &corev1.ConfigMap{ObjectMeta: func() metav1.ObjectMeta {
+			m := meta(member, nil)
+			m.Finalizers = []string{"other"}
+			return m
+		}()}, gk: configMapGK, perms: allow(true), want: []string{"other", keys.TeardownFinalizer}},
+		"never where the manager could not remove it": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: allow(false)},
+		"never before permissions are known":          {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK},
+		"never on pods":                                {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: allow(true)},
+		"never when the policy turns teardown off":     {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: allow(true), idx: off},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			raw, _ := json.Marshal(tc.obj)
+			req := Request{GroupKind: tc.gk, Namespace: "shop", Permissions: tc.perms, Gates: nil}
+			resp := Mutate(parse(t, raw, tc.gk), req, tc.idx)
+			out := raw
+			if len(resp.Patches) > 0 {
+				patch, _ := json.Marshal(resp.Patches)
+				p, err := jsonpatch.DecodePatch(patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err = p.Apply(raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o := parse(t, out, tc.gk)
+			if diff := cmp.Diff(tc.want, o.Finalizers); diff != "" {
+				t.Errorf("finalizers (-want,+got):\n%s", diff)
+			}
+			// Idempotent: a second pass adds nothing more.
+			again := Mutate(o, req, tc.idx)
+			for _, op := range again.Patches {
+				if strings.HasPrefix(op.Path, "/metadata/finalizers") {
+					t.Errorf("second pass patched finalizers again: %+v", op)
+				}
+			}
+		})
+	}
+}

@@ -96,5 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPods)).
 		Watches(&wavev1.Sequence{}, bySequence, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&wavev1.WavePolicy{}, allSequences).
+		// A namespace that opts in or out changes what teardown may hold.
+		Watches(&corev1.Namespace{}, allSequences, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }

@@ -182,6 +182,7 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonFinalizersForced,
 				"removed the finalizers %v of %s/%s after %s (policy: forceRemoveFinalizers)", s.GetFinalizers(), s.GetNamespace(), s.GetName(), timeout)
 		}
+		return true, time.Second, nil // look again once the forced objects are gone
 	}
 	return true, 30 * time.Second, nil
 }
@@ -212,12 +213,18 @@ func (r *Reconciler) cleanup(ctx context.Context, o resolvedObject) (int, []stuc
 		if kind == "" {
 			continue
 		}
-		gvr, err := r.resourceFor(kind)
+		gvr, namespaced, err := r.resourceFor(kind)
 		if err != nil {
 			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonTeardownHeld, "%s %s: %v", keys.CleanupAnnotation, kind, err)
 			continue // an unknown kind has no objects: nothing to wait for
 		}
-		list, err := r.Tracker.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{})
+		// Objects of a namespaced kind are cleaned up in the member's own namespace; a cluster-scoped
+		// kind (ClusterPolicy, say) everywhere.
+		ns := ""
+		if namespaced {
+			ns = o.GetNamespace()
+		}
+		list, err := r.Tracker.Metadata.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
@@ -242,14 +249,14 @@ func (r *Reconciler) cleanup(ctx context.Context, o resolvedObject) (int, []stuc
 	return left, stuck, nil
 }
 
-func (r *Reconciler) resourceFor(kind string) (schema.GroupVersionResource, error) {
+func (r *Reconciler) resourceFor(kind string) (schema.GroupVersionResource, bool, error) {
 	gr := schema.ParseGroupResource(kind)
 	for _, k := range r.Tracker.Kinds() {
 		if k.GVR.GroupResource() == gr {
-			return k.GVR, nil
+			return k.GVR, k.Namespaced, nil
 		}
 	}
-	return schema.GroupVersionResource{}, fmt.Errorf("the API server serves no resource %q", kind)
+	return schema.GroupVersionResource{}, false, fmt.Errorf("the API server serves no resource %q", kind)
 }
 
 func (r *Reconciler) forceFinalizers(ctx context.Context, s stuckObject) error {

@@ -1,0 +1,161 @@
+package teardown
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
+)
+
+// TestRaceExistsWithoutWavegate: outside an opted-in namespace, nothing orders the deletion: when
+// the operator goes first (as `kubectl delete -f dir/` may do), its Widgets stay stuck on their
+// finalizer. The same steps in an opted-in namespace end with nothing left.
+func TestRaceExistsWithoutWavegate(t *testing.T) {
+	for _, optedIn := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without wavegate", true: "with wavegate"}[optedIn], func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			a := install(t, namespace(t, optedIn), 2, nil)
+			t.Cleanup(func() { a.unstick(t) })
+			g.Expect(env.Client.Delete(ctx, a.operator)).To(Succeed())
+			if !optedIn {
+				g.Eventually(a.operatorPods).WithTimeout(timeout).Should(BeZero())
+			}
+			for _, w := range a.widgets {
+				g.Expect(dyn.Resource(widgets).Namespace(a.ns).Delete(ctx, w.GetName(), metav1.DeleteOptions{})).To(Succeed())
+			}
+			if !optedIn {
+				g.Consistently(a.widgetsLeft).WithTimeout(2*time.Second).Should(Equal(2), "the Widgets were finalized although the operator was gone")
+				return
+			}
+			g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
+			g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+		})
+	}
+}
+
+func TestBackgroundDeletionIsOrdered(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := install(t, namespace(t, true), 3, nil)
+	op := &appsv1.Deployment{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.operator), op)).To(Succeed())
+	g.Expect(op.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+
+	a.deleteAll(t, metav1.DeletePropagationBackground)
+	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
+	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+
+	// The operator said what it waited for.
+	var evs eventsv1.EventList
+	g.Expect(env.Client.List(ctx, &evs, client.InNamespace(a.ns))).To(Succeed())
+	var notes []string
+	for _, e := range evs.Items {
+		if e.Regarding.Name == "operator" {
+			notes = append(notes, e.Reason+": "+e.Note)
+		}
+	}
+	g.Expect(notes).To(ContainElement(MatchRegexp(`^TeardownHeld: held until group instances is gone: \d objects remain$`)))
+	g.Expect(notes).To(ContainElement(HavePrefix(sequence.ReasonTeardownReleased)))
+}
+
+// TestNamespaceDeletion deletes the namespace and, as the namespace controller does, everything in
+// it at once with background propagation.
+func TestNamespaceDeletion(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := install(t, namespace(t, true), 2, nil)
+	g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.ns}})).To(Succeed())
+	g.Expect(env.Client.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(a.ns), client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+	g.Expect(dyn.Resource(widgets).Namespace(a.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(Succeed())
+	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
+	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+}
+
+// TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
+// operator's pods first whatever its finalizers, so it is refused (retryably) until the Widgets
+// are gone, then allowed.
+func TestForegroundDeletionIsRefusedWhileLaterGroupsExist(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := install(t, namespace(t, true), 1, nil)
+	g.Eventually(func(g Gomega) int32 {
+		s := &wavev1.Sequence{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s)).To(Succeed())
+		return int32(len(s.Status.Groups))
+	}).WithTimeout(timeout).Should(BeEquivalentTo(2))
+
+	err := env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))
+	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring(`group "operator" of sequence "` + a.ns + `" is deleted after group(s) instances (1 objects remain)`))
+	g.Expect(err.Error()).To(ContainSubstring("--cascade=background"))
+
+	// Argo CD's order: the later wave (the Widget) first, then the operator, both foreground.
+	fg := metav1.DeletePropagationForeground
+	g.Expect(dyn.Resource(widgets).Namespace(a.ns).Delete(ctx, "w0", metav1.DeleteOptions{PropagationPolicy: &fg})).To(Succeed())
+	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
+	g.Eventually(func() error {
+		return env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))
+	}).WithTimeout(timeout).Should(Succeed())
+	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+}
+
+// TestDeclaredCleanupKinds: the operator declares that Widgets, even ones created by users outside
+// Git (no group label), must be deleted and gone before it goes.
+func TestDeclaredCleanupKinds(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := install(t, namespace(t, true), 0, map[string]string{keys.CleanupAnnotation: "widgets.example.com"})
+	_, err := dyn.Resource(widgets).Namespace(a.ns).Create(ctx, widget(a.ns, "user-made", nil), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(env.Client.Delete(ctx, a.operator)).To(Succeed())
+	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
+	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+}
+
+// TestTimeoutAndForcedRemoval: a declared cleanup object that no operator finalizes holds the
+// operator until the timeout; then a Warning, and, only because the policy opts in, its finalizers
+// are removed with loud Events.
+func TestTimeoutAndForcedRemoval(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t, true)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "force-" + ns}, Spec: wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{
+		{Name: "op-" + ns, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}, ForceRemoveFinalizers: new(true)}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	op := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: ns, Labels: map[string]string{keys.GroupLabel: "op-" + ns},
+		Annotations: map[string]string{keys.CleanupAnnotation: "widgets.example.com"}}}
+	g.Eventually(func() error { return env.Client.Create(ctx, op) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(op.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+	// A Widget with a finalizer nobody will ever remove.
+	stuck := widget(ns, "stuck", nil)
+	stuck.SetFinalizers([]string{"example.com/never"})
+	_, err := dyn.Resource(widgets).Namespace(ns).Create(ctx, stuck, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(env.Client.Delete(ctx, op)).To(Succeed())
+	g.Eventually(func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(op), op) }).WithTimeout(timeout).
+		Should(Satisfy(apierrors.IsNotFound))
+	var evs eventsv1.EventList
+	g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+	var warnings []string
+	for _, e := range evs.Items {
+		if e.Type == corev1.EventTypeWarning {
+			warnings = append(warnings, e.Reason)
+		}
+	}
+	g.Expect(warnings).To(ContainElements(sequence.ReasonTeardownTimeout, sequence.ReasonFinalizersForced))
+}
