@@ -381,8 +381,8 @@ func TestTeardownFinalizer(t *testing.T) {
 		}()}, gk: configMapGK, perms: allow(true), want: []string{"other", keys.TeardownFinalizer}},
 		"never where the manager could not remove it": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: allow(false)},
 		"never before permissions are known":          {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK},
-		"never on pods":                                {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: allow(true)},
-		"never when the policy turns teardown off":     {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: allow(true), idx: off},
+		"never on pods":                               {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: allow(true)},
+		"never when the policy turns teardown off":    {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: allow(true), idx: off},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
