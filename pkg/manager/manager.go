@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -22,9 +23,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmanager "sigs.k8s.io/controller-runtime/pkg/manager"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
@@ -126,6 +129,13 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err != nil {
 		return nil, err
 	}
+	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
+	// A new CRD is a new kind whose objects may be members: rediscover at once.
+	if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
+		return refreshOnCRDs(ctx, mgr, perms, tracker)
+	})); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(tracker); err != nil {
 		return nil, fmt.Errorf("adding the member tracker: %w", err)
 	}
@@ -170,6 +180,42 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 }
 
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+
+// refreshOnCRDs refreshes the permission review and the tracked kinds whenever a CRD comes or goes.
+func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permissions, tracker *members.Tracker) error {
+	crds := &metav1.PartialObjectMetadata{}
+	crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	inf, err := mgr.GetCache().GetInformer(ctx, crds)
+	if err != nil {
+		return fmt.Errorf("watching CRDs: %w", err)
+	}
+	changed := make(chan struct{}, 1)
+	notify := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: notify, DeleteFunc: notify}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+			if !tracker.HasSynced() {
+				continue // the first discovery is still running and will see it
+			}
+			if err := perms.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
+			}
+			if err := tracker.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
+			}
+		}
+	}
+}
 
 func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error) {
 	cfg := mgr.GetConfig()

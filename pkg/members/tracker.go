@@ -39,6 +39,8 @@ var skipped = map[schema.GroupResource]bool{
 	{Group: "apps", Resource: "controllerrevisions"}:        true,
 	// Pods are gated, not members: their workload is the member.
 	{Resource: "pods"}: true,
+	// wavegate never reads Secrets.
+	{Resource: "secrets"}: true,
 }
 
 // Kind is a tracked resource.
@@ -70,9 +72,15 @@ type Tracker struct {
 	OnChange func(sequence string)
 	// Resync is how often discovery is refreshed to pick up new CRDs.
 	Resync time.Duration
+	// CanWatch says whether the manager may list and watch a resource; kinds it may not are not
+	// tracked (grant them with the aggregated ClusterRole label). Nil tracks every kind.
+	CanWatch func(group, resource string) bool
+	// Ready, when set, is waited for before the first discovery (the permission review).
+	Ready func() bool
 
-	mu        sync.RWMutex
-	informers map[informerKey]*tracked
+	refreshing sync.Mutex
+	mu         sync.RWMutex
+	informers  map[informerKey]*tracked
 	kinds     map[schema.GroupVersionResource]Kind
 }
 
@@ -84,6 +92,13 @@ func (t *Tracker) Start(ctx context.Context) error {
 	t.mu.Lock()
 	t.informers = map[informerKey]*tracked{}
 	t.mu.Unlock()
+	for t.Ready != nil && !t.Ready() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if err := t.Refresh(ctx); err != nil {
 		return err
 	}
@@ -108,6 +123,8 @@ func (t *Tracker) Start(ctx context.Context) error {
 // Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
 // policy group labels get informers, vanished ones are stopped. It waits for new informers to sync.
 func (t *Tracker) Refresh(ctx context.Context) error {
+	t.refreshing.Lock()
+	defer t.refreshing.Unlock()
 	kinds, err := t.discover()
 	if err != nil {
 		return err
@@ -230,7 +247,8 @@ func (t *Tracker) discover() ([]Kind, error) {
 		}
 		for _, r := range l.APIResources {
 			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") ||
-				skipped[schema.GroupResource{Group: gv.Group, Resource: r.Name}] {
+				skipped[schema.GroupResource{Group: gv.Group, Resource: r.Name}] ||
+				t.CanWatch != nil && !t.CanWatch(gv.Group, r.Name) {
 				continue
 			}
 			out = append(out, Kind{GVR: gv.WithResource(r.Name), GVK: gv.WithKind(r.Kind), Namespaced: r.Namespaced})

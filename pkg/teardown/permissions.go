@@ -68,17 +68,28 @@ func (p *Permissions) Refresh(ctx context.Context) error {
 
 // CanPatch reports whether the manager may patch resource in group. Unknown means no.
 func (p *Permissions) CanPatch(group, resource string) bool {
+	return p.allows(group, resource, "patch")
+}
+
+// CanWatch reports whether the manager may list and watch resource in group. Unknown means no.
+func (p *Permissions) CanWatch(group, resource string) bool {
+	return p.allows(group, resource, "list", "watch")
+}
+
+func (p *Permissions) allows(group, resource string, verbs ...string) bool {
 	if p == nil {
 		return false
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	for _, r := range p.rules {
-		if matches(r.APIGroups, group) && matches(r.Resources, resource) && (matches(r.Verbs, "patch")) {
-			return true
+	for _, verb := range verbs {
+		if !slices.ContainsFunc(p.rules, func(r authorizationv1.ResourceRule) bool {
+			return matches(r.APIGroups, group) && matches(r.Resources, resource) && matches(r.Verbs, verb)
+		}) {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 func matches(set []string, v string) bool {
