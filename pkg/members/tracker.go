@@ -81,7 +81,7 @@ type Tracker struct {
 	refreshing sync.Mutex
 	mu         sync.RWMutex
 	informers  map[informerKey]*tracked
-	kinds     map[schema.GroupVersionResource]Kind
+	kinds      map[schema.GroupVersionResource]Kind
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
