@@ -61,17 +61,40 @@ test: vet envtest-assets ## Run unit and integration tests against a real kube-a
 bench: ## Run the benchmarks (record the figures in docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem -count 10 ./pkg/... | tee bench.txt
 
+##@ Local cluster
+
+.PHONY: dev-up
+dev-up: cluster-assets build ## Start a local cluster (kwok) with wavegate; kubeconfig in .dev/kubeconfig.
+	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/dev.sh up
+
+.PHONY: dev-down
+dev-down: ## Stop everything dev-up started and remove its state.
+	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/dev.sh down
+
+.PHONY: demo
+demo: cluster-assets build ## Show wavegate on a local cluster: ordered install, upgrade-free teardown, then clean up.
+	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/demo.sh
+
+.PHONY: test-e2e
+test-e2e: ## End-to-end tests against `make dev-up`'s cluster (started and stopped around the run).
+	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/e2e.sh
+
 ##@ Build
 
 .PHONY: build
 build: ## Build the wavegate binary into bin/.
 	CGO_ENABLED=0 go build -trimpath -o bin/wavegate ./cmd/wavegate
+	CGO_ENABLED=0 go build -trimpath -o bin/podrunner ./test/tools/podrunner
 
 ##@ Dependencies
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl from pinned Go modules into the cache (once).
 	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl
+
+.PHONY: cluster-assets
+cluster-assets: ## Build the whole local control plane and kwok from pinned Go modules into the cache (once).
+	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kwokctl
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -1,18 +1,25 @@
 package cmd
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"wavegate.io/wavegate/pkg/certs"
 	"wavegate.io/wavegate/pkg/manager"
 )
 
@@ -26,6 +33,10 @@ type managerOptions struct {
 	enableHTTP2   bool
 	qps           float32
 	burst         int
+	webhookHost   string
+	certMode      string
+	certDNSNames  []string
+	certIPs       []net.IP
 	wavegate      manager.Config
 	zap           zap.Options
 }
@@ -54,6 +65,12 @@ func newManagerCommand() *cobra.Command {
 		"the image wait Jobs run: wavegate's own image")
 	f.Float32Var(&o.qps, "kube-api-qps", 100, "queries per second to the API server (ungating 100 pods is 100 patches)")
 	f.IntVar(&o.burst, "kube-api-burst", 200, "burst of queries to the API server")
+	f.StringVar(&o.webhookHost, "webhook-host", "", "address the webhook server binds (default: every interface)")
+	f.StringVar(&o.certMode, "cert-mode", "cert-manager", "where the webhook certificate comes from: cert-manager (files mounted "+
+		"from a Secret cert-manager issues, CA injected by its cainjector) or self-managed (wavegate issues, injects and rotates it)")
+	f.StringSliceVar(&o.certDNSNames, "cert-dns-names", nil, "self-managed: DNS names of the serving certificate "+
+		"(default: the webhook Service's names in --namespace)")
+	f.IPSliceVar(&o.certIPs, "cert-ips", nil, "self-managed: IP addresses of the serving certificate (127.0.0.1 for a local webhook)")
 	f.BoolVar(&o.enableHTTP2, "enable-http2", false, "serve HTTP/2 (off: CVE-2023-44487 and CVE-2023-39325)")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
@@ -84,7 +101,7 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 		LeaderElection:         o.leaderElect,
 		LeaderElectionID:       "wavegate.io",
 		WebhookServer: webhook.NewServer(webhook.Options{
-			Port: o.webhookPort, CertDir: o.certDir, TLSOpts: tlsOpts,
+			Host: o.webhookHost, Port: o.webhookPort, CertDir: o.certDir, TLSOpts: tlsOpts,
 		}),
 	})
 	if err != nil {
@@ -92,6 +109,15 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 	}
 	if _, err := manager.Setup(mgr, o.wavegate); err != nil {
 		return err
+	}
+	switch o.certMode {
+	case "cert-manager":
+	case "self-managed":
+		if err := selfManagedCerts(cmd.Context(), cfg, mgr, o); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--cert-mode %q: use cert-manager or self-managed", o.certMode)
 	}
 	return mgr.Start(cmd.Context())
 }
@@ -101,4 +127,28 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// selfManagedCerts issues the first certificate before the webhook server starts (it needs the
+// files), then keeps rotating it as a runnable.
+func selfManagedCerts(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o managerOptions) error {
+	dir := o.certDir
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+	}
+	names := o.certDNSNames
+	if len(names) == 0 && len(o.certIPs) == 0 {
+		svc := "wavegate-webhook-service"
+		names = []string{svc + "." + o.wavegate.Namespace + ".svc", svc + "." + o.wavegate.Namespace + ".svc.cluster.local"}
+	}
+	sm := &certs.SelfManaged{
+		Client: kubernetes.NewForConfigOrDie(cfg), Namespace: o.wavegate.Namespace, Secret: "wavegate-webhook-certs",
+		CertDir: dir, DNSNames: names, IPs: o.certIPs,
+		MutatingWebhooks:   []string{o.wavegate.WebhookConfigurationName},
+		ValidatingWebhooks: []string{strings.Replace(o.wavegate.WebhookConfigurationName, "mutating", "validating", 1)},
+	}
+	if err := sm.Reconcile(ctx); err != nil {
+		return fmt.Errorf("issuing the webhook certificate: %w", err)
+	}
+	return mgr.Add(sm)
 }

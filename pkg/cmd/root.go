@@ -3,8 +3,10 @@ package cmd
 
 import (
 	"errors"
+	"flag"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 // New returns the wavegate root command.
@@ -15,6 +17,10 @@ func New() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
+	// --kubeconfig, as controller-runtime reads it (else $KUBECONFIG, in-cluster, ~/.kube/config).
+	gfs := flag.NewFlagSet("kube", flag.ContinueOnError)
+	config.RegisterFlags(gfs)
+	root.PersistentFlags().AddGoFlagSet(gfs)
 	root.AddCommand(newManagerCommand(), newWaitCommand(), newUninstallCommand())
 	return root
 }

@@ -29,7 +29,11 @@ import (
 // SequenceIndex indexes tracked objects by the sequence they belong to.
 const SequenceIndex = "wavegate.io/sequence"
 
-// skipped are resources that are never group members: high-volume or derived objects.
+// Skipped reports whether objects of a resource are never group members: derived objects that
+// inherit a member's labels (EndpointSlices copy a Service's, ControllerRevisions a StatefulSet's)
+// and high-volume ones. Admission leaves them alone too.
+func Skipped(gr schema.GroupResource) bool { return skipped[gr] }
+
 var skipped = map[schema.GroupResource]bool{
 	{Resource: "events"}:                                    true,
 	{Group: "events.k8s.io", Resource: "events"}:            true,
@@ -281,6 +285,16 @@ type Object struct {
 // Members returns the tracked objects of a sequence that are group members: not owned by a
 // controller (their controller is the member) and not wavegate's wait Jobs.
 func (t *Tracker) Members(sequence string) []Object {
+	return t.objects(sequence, IsMember)
+}
+
+// NonMembers returns the tracked objects of a sequence that carry a group label but are not
+// members: objects a controller made from a member's template (ReplicaSets, say).
+func (t *Tracker) NonMembers(sequence string) []Object {
+	return t.objects(sequence, func(o metav1.Object) bool { return !IsMember(o) })
+}
+
+func (t *Tracker) objects(sequence string, keep func(metav1.Object) bool) []Object {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var out []Object
@@ -288,7 +302,7 @@ func (t *Tracker) Members(sequence string) []Object {
 		items, _ := tr.informer.GetIndexer().ByIndex(SequenceIndex, sequence)
 		for _, it := range items {
 			u := it.(*unstructured.Unstructured)
-			if IsMember(u) {
+			if keep(u) {
 				out = append(out, Object{Kind: tr.kind, Unstructured: u})
 			}
 		}

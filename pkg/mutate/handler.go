@@ -14,6 +14,7 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
@@ -70,6 +71,9 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	if req.GroupKind == namespaceGroupKind {
 		return admission.Allowed("namespaces are not group members")
 	}
+	if members.Skipped(req.Resource) {
+		return admission.Allowed("derived objects are not group members")
+	}
 	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, Labels: obj.Labels}, idx)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
@@ -104,7 +108,9 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 		}
 	}
-	if req.GroupKind != podGroupKind && teardownOrdered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
+	// Only members in their own right get the finalizer: a ReplicaSet inherits its Deployment's
+	// labels but its Deployment is the member, and nothing would ever release it.
+	if req.GroupKind != podGroupKind && obj.Controller == "" && teardownOrdered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
 		req.Permissions != nil && req.Permissions.CanPatch(req.Resource.Group, req.Resource.Resource) {
 		if obj.HasFinalizers {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", keys.TeardownFinalizer))

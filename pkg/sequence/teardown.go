@@ -53,6 +53,15 @@ type resolvedObject struct {
 // ordering no longer applies: the namespace opted out, or the policy turned teardown off.
 func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index) (*teardownResult, error) {
 	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}}
+	// Only members carry the finalizer; one on anything else (made by an older wavegate, say) is
+	// released at once, never left for nobody to remove.
+	for _, o := range r.Tracker.NonMembers(seq) {
+		if hasFinalizer(o) {
+			if err := r.releaseFinalizer(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var all []resolvedObject
 	for _, o := range objs {
 		ns := o.GetNamespace()

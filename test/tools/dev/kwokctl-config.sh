@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Prints the kwokctl configuration of wavegate's local cluster: binary runtime from local paths
+# (nothing downloaded), everything on 127.0.0.1, and kwok's stock node and pod stages with one
+# change: wavegate's wait-Job pods are excluded from the pod stages, so that kwok never fakes their
+# completion; the dev pod runner executes them for real.
+#   kwokctl-config.sh <bin-dir>
+set -euo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+kwok_src=$(cd "$here/../kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
+kube_version=$("$here/../version.sh" kube k8s.io/kubernetes)
+
+cat <<YAML
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  kubeVersion: ${kube_version}
+  bindAddress: 127.0.0.1
+  etcdBinary: ${bin}/etcd
+  kubeApiserverBinary: ${bin}/kube-apiserver
+  kubeControllerManagerBinary: ${bin}/kube-controller-manager
+  kubeSchedulerBinary: ${bin}/kube-scheduler
+  kwokControllerBinary: ${bin}/kwok
+  kubectlBinary: ${bin}/kubectl
+  disableQPSLimits: true
+YAML
+for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml; do
+	echo "---"
+	cat "$kwok_src/kustomize/stage/$f"
+done
+for f in pod-ready pod-complete pod-delete; do
+	echo "---"
+	if [ "$f" = pod-delete ]; then
+		cat "$kwok_src/kustomize/stage/pod/fast/$f.yaml" # deleted wait-Job pods are removed like any other
+		continue
+	fi
+	awk '{print} /^    matchExpressions:$/ {
+		print "    - key: \x27.metadata.labels[\"wavegate.io/wait-job\"]\x27"
+		print "      operator: \x27DoesNotExist\x27"
+	}' "$kwok_src/kustomize/stage/pod/fast/$f.yaml"
+done
