@@ -72,7 +72,7 @@ dev-down: ## Stop everything dev-up started and remove its state.
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/dev.sh down
 
 .PHONY: demo
-demo: cluster-assets build ## Show wavegate on a local cluster: ordered install, upgrade-free teardown, then clean up.
+demo: cluster-assets build ## Show wavegate on a local cluster: ordered install and ordered teardown, then clean up.
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/demo.sh
 
 .PHONY: test-e2e
@@ -85,6 +85,8 @@ test-e2e: ## End-to-end tests against `make dev-up`'s cluster (started and stopp
 build: ## Build the wavegate binary into bin/.
 	CGO_ENABLED=0 go build -trimpath -o bin/wavegate ./cmd/wavegate
 	CGO_ENABLED=0 go build -trimpath -o bin/podrunner ./test/tools/podrunner
+	CGO_ENABLED=0 go build -trimpath -o bin/widget-operator ./test/tools/widget-operator
+	CGO_ENABLED=0 go build -trimpath -o bin/timeline ./test/tools/timeline
 
 ##@ Dependencies
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -196,23 +197,31 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 		default:
 		}
 	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: notify, DeleteFunc: notify}); err != nil {
+	// A new CRD is served only once it is Established, a moment after it is created: refresh on
+	// every change of a CRD (its status included), and once more shortly after.
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
+	}); err != nil {
 		return err
 	}
+	var again <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-			if !tracker.HasSynced() {
-				continue // the first discovery is still running and will see it
-			}
-			if err := perms.Refresh(ctx); err != nil {
-				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
-			}
-			if err := tracker.Refresh(ctx); err != nil {
-				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
-			}
+			again = time.After(2 * time.Second)
+		case <-again:
+			again = nil
+		}
+		if !tracker.HasSynced() {
+			continue // the first discovery is still running and will see it
+		}
+		if err := perms.Refresh(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
+		}
+		if err := tracker.Refresh(ctx); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
 		}
 	}
 }
