@@ -76,7 +76,7 @@ demo: cluster-assets build ## Show wavegate on a local cluster: ordered install 
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/demo.sh
 
 .PHONY: test-e2e
-test-e2e: ## End-to-end tests against `make dev-up`'s cluster (started and stopped around the run).
+test-e2e: cluster-assets build ## End-to-end tests against `make dev-up`'s cluster (started and stopped around the run).
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/e2e.sh
 
 ##@ Build

@@ -71,7 +71,8 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	if req.GroupKind == namespaceGroupKind {
 		return admission.Allowed("namespaces are not group members")
 	}
-	if members.Skipped(req.Resource) {
+	if req.GroupKind != podGroupKind && members.Skipped(req.Resource) {
+		// Pods are not members either, but they are gated.
 		return admission.Allowed("derived objects are not group members")
 	}
 	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, Labels: obj.Labels}, idx)

@@ -414,3 +414,25 @@ func TestTeardownFinalizer(t *testing.T) {
 		})
 	}
 }
+
+func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
+	member := map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "3"}
+	pod := &corev1.Pod{ObjectMeta: meta(member, nil), Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	raw, _ := json.Marshal(pod)
+	resp := Mutate(parse(t, raw, podGK), Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true}, nil)
+	gated := false
+	for _, op := range resp.Patches {
+		gated = gated || op.Path == "/spec/schedulingGates"
+	}
+	if !gated {
+		t.Errorf("a new member pod was not gated: %+v", resp.Patches)
+	}
+	slice := &corev1.ConfigMap{ObjectMeta: meta(member, nil)}
+	raw, _ = json.Marshal(slice)
+	es := schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}
+	resp = Mutate(parse(t, raw, es), Request{GroupKind: es, Resource: schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"},
+		Namespace: "shop", Create: true, Permissions: allow(true)}, nil)
+	if len(resp.Patches) != 0 {
+		t.Errorf("an EndpointSlice that copied a Service's labels was mutated: %+v", resp.Patches)
+	}
+}

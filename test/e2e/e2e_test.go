@@ -1,0 +1,198 @@
+//go:build e2e
+
+// Package e2e proves wavegate on the local cluster (`make dev-up`: a real control plane with kwok
+// nodes, wavegate's manager, wait-Job pods executed for real) with the clients people use: the
+// kubectl binary. Run with `make test-e2e`.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"wavegate.io/wavegate/pkg/keys"
+)
+
+var (
+	root    string
+	kubectl string
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+)
+
+func TestMain(m *testing.M) {
+	wd, _ := os.Getwd()
+	root = filepath.Join(wd, "..", "..")
+	kubectl = filepath.Join(os.Getenv("KUBE_BIN"), "kubectl")
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		panic("KUBECONFIG must name the local cluster's kubeconfig (make test-e2e): " + err.Error())
+	}
+	cs = kubernetes.NewForConfigOrDie(cfg)
+	dyn = dynamic.NewForConfigOrDie(cfg)
+	os.Exit(m.Run())
+}
+
+func run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(kubectl, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func example(name string) string { return filepath.Join(root, "examples", name) }
+
+// groupOrder is the order of each group of examples/shop.
+var groupOrder = map[string]int{"database": 1, "migrate": 2, "web": 3}
+
+// TestOrderedInstallAndTeardownWithKubectl applies the three-group app in one `kubectl apply -f`
+// and proves from the cluster's own timestamps that no pod of a group was scheduled before every
+// earlier group's wait Job had completed; then `kubectl delete -f` (namespace included) leaves
+// nothing behind.
+func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	run(t, "apply", "-f", example("shop"))
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "-f", example("shop"), "--ignore-not-found", "--wait=false").Run()
+	})
+	g.Eventually(func() string {
+		out, _ := exec.Command(kubectl, "get", "sequence", "shop", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}").Output()
+		return string(out)
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("True"))
+
+	// When did each group's wait Job complete, and when was each member pod scheduled?
+	jobs, err := cs.BatchV1().Jobs("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
+	g.Expect(err).NotTo(HaveOccurred())
+	released := map[string]time.Time{}
+	for _, j := range jobs.Items {
+		g.Expect(j.Status.CompletionTime).NotTo(BeNil(), "wait Job %s did not complete", j.Name)
+		group := j.Labels[keys.WaitGroupLabel]
+		if c := j.Status.CompletionTime.Time; released[group].IsZero() || c.After(released[group]) {
+			released[group] = c // the last revision's Job is the barrier
+		}
+		logs := run(t, "get", "pods", "-n", "shop", "-l", "job-name="+j.Name, "-o", "jsonpath={.items[*].status.phase}")
+		g.Expect(logs).To(Equal("Succeeded"), "wait Job pods run for real and succeed")
+	}
+	g.Expect(released).To(HaveKey("database"))
+	g.Expect(released).To(HaveKey("migrate"))
+	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.GroupLabel})
+	g.Expect(err).NotTo(HaveOccurred())
+	checked := 0
+	bound := scheduledAt(t, "shop")
+	for _, p := range pods.Items {
+		scheduled := bound[p.Name]
+		g.Expect(scheduled.IsZero()).To(BeFalse(), "pod %s was never scheduled", p.Name)
+		for group, at := range released {
+			if groupOrder[group] < groupOrder[p.Labels[keys.GroupLabel]] {
+				// Job completion times have one-second resolution: the same second is allowed.
+				g.Expect(scheduled.Add(time.Second).After(at)).To(BeTrue(),
+					"pod %s of group %s was scheduled at %s, before group %s was released at %s", p.Name, p.Labels[keys.GroupLabel], scheduled, group, at)
+				checked++
+			}
+		}
+	}
+	g.Expect(checked).To(BeNumerically(">=", 3))
+
+	run(t, "delete", "-f", example("shop"), "--wait=true", "--timeout=90s")
+	_, err = cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	g.Expect(err).To(HaveOccurred(), "namespace shop is stuck")
+}
+
+// rewriteNamespace copies a manifest into the test's directory with another namespace.
+func rewriteNamespace(t *testing.T, path, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(out, []byte(strings.ReplaceAll(string(b), "namespace: shop", "namespace: "+ns)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// scheduledAt returns when the scheduler bound each pod of a namespace, from its Scheduled events
+// (microsecond event times; a pod's PodScheduled condition keeps the time it was first written).
+func scheduledAt(t *testing.T, ns string) map[string]time.Time {
+	t.Helper()
+	evs, err := cs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Scheduled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]time.Time{}
+	for _, e := range evs.Items {
+		out[e.Regarding.Name] = e.EventTime.Time
+	}
+	return out
+}
+
+// TestServerSideDryRunCreatesNothing: `kubectl apply --dry-run=server` of the whole example
+// returns the mutation and creates no Job, RBAC, Sequence or anything else.
+func TestServerSideDryRunCreatesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	run(t, "create", "namespace", "dry")
+	run(t, "label", "namespace", "dry", keys.EnabledLabel+"=true")
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", "dry", "--wait=false").Run() })
+	// The examples name their namespace: feed them through sed-free kubectl by overriding it.
+	web := rewriteNamespace(t, filepath.Join(example("shop"), "web.yaml"), "dry")
+	out := run(t, "apply", "--dry-run=server", "-o", "json", "-f", web)
+	var d struct {
+		Metadata struct{ Annotations map[string]string }
+	}
+	g.Expect(json.Unmarshal([]byte(out), &d)).To(Succeed())
+	g.Expect(d.Metadata.Annotations).To(HaveKeyWithValue(keys.ArgoCDSyncWaveAnnotation, "300"))
+	for _, f := range []string{"database.yaml", "migrate.yaml", "web.yaml"} {
+		run(t, "apply", "--dry-run=server", "-f", rewriteNamespace(t, filepath.Join(example("shop"), f), "dry"))
+	}
+	jobs, err := cs.BatchV1().Jobs("dry").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(jobs.Items).To(BeEmpty())
+	roles, err := cs.RbacV1().Roles("dry").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(roles.Items).To(BeEmpty())
+	seq, err := dyn.Resource(schema.GroupVersionResource{Group: "wavegate.io", Version: "v1alpha1", Resource: "sequences"}).
+		Get(ctx, "dry", metav1.GetOptions{})
+	g.Expect(err).To(HaveOccurred(), "a Sequence was created: %v", seq)
+}
+
+// TestOperatorTeardownWithKubectl: an operator, its CRD and its custom resources deleted at once
+// with `kubectl delete -f`; the stand-in operator (bin/widget-operator) finalizes Widgets only
+// while its pods run. Nothing may be left.
+func TestOperatorTeardownWithKubectl(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", os.Getenv("KUBECONFIG"))
+	g.Expect(op.Start()).To(Succeed())
+	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
+	run(t, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml"))
+	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
+	run(t, "apply", "-f", filepath.Join(example("widgets"), "app.yaml"))
+	g.Eventually(func() string {
+		out, _ := exec.Command(kubectl, "get", "sequence", "widgets", "-o", "jsonpath={.status.summary}").Output()
+		return string(out)
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("instances 2/2 Released"))
+
+	run(t, "delete", "-f", filepath.Join(example("widgets"), "app.yaml"), "--wait=true", "--timeout=90s")
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	list, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
+	run(t, "delete", "-f", filepath.Join(example("widgets"), "crd.yaml"), "--wait=true", "--timeout=60s")
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# `make test-e2e`: starts the local cluster (make dev-up), runs the end-to-end suite against it
+# with the real kubectl binary, and stops the cluster again whatever the outcome.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+export KUBECONFIG=$root/.dev/kubeconfig KUBECACHEDIR=$root/.dev/kube-cache
+trap '"$root/test/tools/dev/dev.sh" down' EXIT
+"$root/test/tools/dev/dev.sh" up
+cd "$root" && go test -tags e2e -count 1 -timeout 15m ./test/e2e/... "$@"
