@@ -21,7 +21,7 @@ func New() *cobra.Command {
 	gfs := flag.NewFlagSet("kube", flag.ContinueOnError)
 	config.RegisterFlags(gfs)
 	root.PersistentFlags().AddGoFlagSet(gfs)
-	root.AddCommand(newManagerCommand(), newWaitCommand(), newUninstallCommand())
+	root.AddCommand(newManagerCommand(), newWaitCommand(), newUninstallCommand(), newStatusCommand(), newRenderCommand())
 	return root
 }
 

@@ -45,13 +45,21 @@ YAML
 	"$kubectl" apply -k "$root/config/dev" >/dev/null
 	"$kubectl" wait --for condition=Established crd/wavepolicies.wavegate.io crd/sequences.wavegate.io --timeout 60s >/dev/null
 	say "starting wavegate's manager and the wait-Job pod runner"
+	if ! running manager; then
+		for port in 18081 19443; do
+			if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+				say "127.0.0.1:$port is in use (another local cluster? run 'make dev-down' in its checkout)"
+				exit 1
+			fi
+		done
+	fi
 	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/kubeconfig" --leader-elect=false \
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
 		--webhook-cert-dir "$dev/certs" --cert-mode self-managed --cert-ips 127.0.0.1 --namespace wavegate-system \
 		--waiter-image wavegate:dev --zap-log-level info
 	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --logs "$dev/pods"
 	for _ in $(seq 300); do
-		if curl -fsS "http://$health/readyz" >/dev/null 2>&1; then
+		if running manager && curl -fsS "http://$health/readyz" >/dev/null 2>&1; then
 			say "wavegate is serving. Use the cluster with: export KUBECONFIG=$dev/kubeconfig"
 			say "  $kubectl get sequences; logs in $dev/*.log; wait-Job logs in $dev/pods/; stop with: make dev-down"
 			return

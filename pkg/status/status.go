@@ -1,0 +1,237 @@
+// Package status is `wavegate status`: a tree of sequences -> groups -> members with readiness,
+// wait Job state, gated pods and teardown holds, for a terminal or as JSON.
+package status
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/readiness"
+)
+
+// Sequence is one sequence in the report.
+type Sequence struct {
+	Name   string  `json:"name"`
+	Ready  bool    `json:"ready"`
+	Reason string  `json:"reason,omitempty"`
+	Groups []Group `json:"groups"`
+}
+
+// Group is one group of a sequence.
+type Group struct {
+	Name        string   `json:"name"`
+	Order       int32    `json:"order"`
+	Phase       string   `json:"phase"`
+	Ready       int32    `json:"ready"`
+	Members     int32    `json:"members"`
+	WaitJob     string   `json:"waitJob,omitempty"`
+	GatedPods   int32    `json:"gatedPods,omitempty"`
+	Terminating int32    `json:"terminating,omitempty"`
+	Held        int32    `json:"held,omitempty"`
+	Message     string   `json:"message,omitempty"`
+	Objects     []Object `json:"objects,omitempty"`
+}
+
+// Object is one member.
+type Object struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Ready     string `json:"ready"`
+	Message   string `json:"message,omitempty"`
+	Deleting  bool   `json:"deleting,omitempty"`
+}
+
+// Render writes the report as a tree.
+func Render(w io.Writer, seqs []Sequence) {
+	if len(seqs) == 0 {
+		fmt.Fprintln(w, "no sequences")
+		return
+	}
+	for i, s := range seqs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		state := "Ready"
+		if !s.Ready {
+			state = "NotReady"
+			if s.Reason != "" {
+				state += " (" + s.Reason + ")"
+			}
+		}
+		fmt.Fprintf(w, "sequence %s  %s\n", s.Name, state)
+		for gi, g := range s.Groups {
+			branch, indent := "├─", "│  "
+			if gi == len(s.Groups)-1 {
+				branch, indent = "└─", "   "
+			}
+			var extra []string
+			if g.WaitJob != "" {
+				extra = append(extra, "wait Job "+g.WaitJob)
+			}
+			if g.GatedPods > 0 {
+				extra = append(extra, fmt.Sprintf("%d pods gated", g.GatedPods))
+			}
+			if g.Terminating > 0 {
+				extra = append(extra, fmt.Sprintf("%d terminating", g.Terminating))
+			}
+			if g.Held > 0 {
+				extra = append(extra, fmt.Sprintf("%d held for teardown", g.Held))
+			}
+			fmt.Fprintf(w, "%s %s (order %d)  %s  %d/%d ready", branch, g.Name, g.Order, g.Phase, g.Ready, g.Members)
+			if len(extra) > 0 {
+				fmt.Fprintf(w, "  [%s]", strings.Join(extra, ", "))
+			}
+			fmt.Fprintln(w)
+			if g.Message != "" && g.Phase != string(wavev1.GroupReleased) {
+				fmt.Fprintf(w, "%s   %s\n", indent, g.Message)
+			}
+			for oi, o := range g.Objects {
+				ob := "├─"
+				if oi == len(g.Objects)-1 {
+					ob = "└─"
+				}
+				name := o.Name
+				if o.Namespace != "" {
+					name = o.Namespace + "/" + o.Name
+				}
+				line := fmt.Sprintf("%s%s %s %s  %s", indent, ob, o.Kind, name, o.Ready)
+				if o.Deleting {
+					line += " (deleting)"
+				}
+				if o.Message != "" && o.Ready != string(readiness.Ready) {
+					line += ": " + o.Message
+				}
+				fmt.Fprintln(w, line)
+			}
+		}
+	}
+}
+
+// Collector reads the report from a cluster.
+type Collector struct {
+	Client    client.Client
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+}
+
+// Collect reads the sequences (all, those with members in namespace, or the one named).
+func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequence, error) {
+	var list wavev1.SequenceList
+	if err := c.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing Sequences (is wavegate installed?): %w", err)
+	}
+	var policies wavev1.WavePolicyList
+	_ = c.Client.List(ctx, &policies)
+	checker, _ := readiness.NewChecker(wavev1.Readiness{})
+	kinds, err := c.kinds()
+	if err != nil {
+		return nil, err
+	}
+	var out []Sequence
+	for _, s := range list.Items {
+		seq := s.Spec.Sequence
+		if name != "" && seq != name {
+			continue
+		}
+		objs, err := c.members(ctx, kinds, seq)
+		if err != nil {
+			return nil, err
+		}
+		if namespace != "" && seq != namespace && !slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetNamespace() == namespace }) {
+			continue
+		}
+		rs := Sequence{Name: seq, Ready: true}
+		for _, c := range s.Status.Conditions {
+			if c.Type == "Ready" && c.Status != metav1.ConditionTrue {
+				rs.Ready, rs.Reason = false, c.Reason
+			}
+		}
+		for _, g := range s.Status.Groups {
+			gs := Group{Name: g.Name, Order: g.Order, Phase: string(g.Phase), Ready: g.Ready, Members: g.Members, WaitJob: g.WaitJob,
+				GatedPods: g.GatedPods, Terminating: g.Terminating, Held: g.Held, Message: g.Message}
+			for _, o := range objs {
+				if o.GetLabels()[keys.GroupLabel] != g.Name && groupOf(o, policies.Items) != g.Name {
+					continue
+				}
+				r := checker.Check(o)
+				gs.Objects = append(gs.Objects, Object{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(),
+					Ready: string(r.Status), Message: r.Message, Deleting: o.GetDeletionTimestamp() != nil})
+			}
+			sort.Slice(gs.Objects, func(i, j int) bool {
+				return gs.Objects[i].Kind+gs.Objects[i].Name < gs.Objects[j].Kind+gs.Objects[j].Name
+			})
+			rs.Groups = append(rs.Groups, gs)
+		}
+		out = append(out, rs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func groupOf(o *unstructured.Unstructured, policies []wavev1.WavePolicy) string {
+	for _, p := range policies {
+		if l := p.Spec.GroupLabel; l != "" {
+			if v, ok := o.GetLabels()[l]; ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+func (c *Collector) kinds() ([]schema.GroupVersionResource, error) {
+	lists, err := c.Discovery.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, err
+	}
+	var out []schema.GroupVersionResource
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || members.Skipped(gr) {
+				continue
+			}
+			out = append(out, gv.WithResource(r.Name))
+		}
+	}
+	return out, nil
+}
+
+func (c *Collector) members(ctx context.Context, kinds []schema.GroupVersionResource, seq string) ([]*unstructured.Unstructured, error) {
+	req, _ := labels.NewRequirement(keys.GroupLabel, selection.Exists, nil)
+	var out []*unstructured.Unstructured
+	for _, k := range kinds {
+		list, err := c.Dynamic.Resource(k).List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
+		if err != nil {
+			continue // a kind we may not list: leave it out
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if members.IsMember(o) && members.SequenceOf(o) == seq {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
