@@ -27,6 +27,7 @@ import (
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/metrics"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
@@ -103,6 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 {
+		metrics.Forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
@@ -129,6 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	observeReleases(plan, jobs, gated, r.now())
 	r.emitEvents(plan, prev, objs)
 	return ctrl.Result{RequeueAfter: td.requeue}, r.writeStatus(ctx, seq, plan, gated, td, prev)
 }
@@ -440,6 +443,9 @@ func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []mem
 			case wavev1.GroupFailed:
 				typ, reason = corev1.EventTypeWarning, ReasonGroupFailed
 			}
+			if typ == corev1.EventTypeWarning && (!ok || old.Phase != g.Phase) {
+				metrics.WaitJobFailures.WithLabelValues(string(g.Phase)).Inc()
+			}
 			// The blocking group's wait Job is the related object: events about different blockers are
 			// kept apart by the events API instead of being folded into one series.
 			var related runtime.Object
@@ -525,6 +531,16 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })
 	seqObj.Status.Groups = groups
+	waiting, held := 0, int32(0)
+	for _, g := range groups {
+		metrics.GatedPods.WithLabelValues(seq, g.Name).Set(float64(g.GatedPods))
+		if g.Phase != wavev1.GroupReleased {
+			waiting++
+		}
+		held += g.Held
+	}
+	metrics.GroupsWaiting.WithLabelValues(seq).Set(float64(waiting))
+	metrics.TeardownHolds.WithLabelValues(seq).Set(float64(held))
 	seqObj.Status.Summary = strings.Join(summary, ", ")
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Released", Message: "every group is released"}
 	if !allReleased {
@@ -581,4 +597,26 @@ func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) err
 		return nil
 	}
 	return r.Client.Delete(ctx, s)
+}
+
+// observeReleases records, for each group whose pods were just ungated, the time since the wait
+// Job of the group that released it completed.
+func observeReleases(plan []*Group, jobs []batchv1.Job, u *ungated, now time.Time) {
+	completed := map[string]time.Time{}
+	for _, j := range jobs {
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				completed[j.Namespace+"/"+j.Name] = c.LastTransitionTime.Time
+			}
+		}
+	}
+	var last time.Time
+	for _, g := range plan {
+		if len(u.released[g.Name]) > 0 && !last.IsZero() {
+			metrics.ReleaseLatency.Observe(now.Sub(last).Seconds())
+		}
+		if t, ok := completed[g.JobNamespace+"/"+g.JobName]; ok && t.After(last) {
+			last = t
+		}
+	}
 }
