@@ -81,6 +81,19 @@ test-e2e: cluster-assets build ## End-to-end tests against `make dev-up`'s clust
 
 ##@ Build
 
+.PHONY: build-installer
+build-installer: envtest-assets ## Render config/default (cert-manager) into dist/install.yaml, and config/self-managed into dist/install-self-managed.yaml.
+	@mkdir -p dist
+	"$(KUBE_BIN)/kubectl" kustomize config/default > dist/install.yaml
+	"$(KUBE_BIN)/kubectl" kustomize config/self-managed > dist/install-self-managed.yaml
+	"$(KUBE_BIN)/kubectl" kustomize config/policy > dist/wavepolicy.yaml
+	@echo "wrote dist/install.yaml, dist/install-self-managed.yaml and dist/wavepolicy.yaml"
+
+IMG ?= wavegate:latest
+.PHONY: docker-build
+docker-build: ## Build the image (needs a Docker engine).
+	docker build -t $(IMG) .
+
 .PHONY: build
 build: ## Build the wavegate binary into bin/.
 	CGO_ENABLED=0 go build -trimpath -o bin/wavegate ./cmd/wavegate

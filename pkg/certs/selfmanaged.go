@@ -166,6 +166,8 @@ func (s *SelfManaged) issue(sec *corev1.Secret, newCA bool) error {
 		validity = 90 * 24 * time.Hour
 	}
 	now := s.now()
+	// Backdate a little for clock skew between API servers, never by a large share of the lifetime.
+	backdate := min(time.Minute, validity/10)
 	var caCert *x509.Certificate
 	var caKey *ecdsa.PrivateKey
 	bundle := sec.Data[caCertKey]
@@ -183,7 +185,7 @@ func (s *SelfManaged) issue(sec *corev1.Secret, newCA bool) error {
 			return err
 		}
 		tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook-ca"},
-			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(4 * validity), IsCA: true, BasicConstraintsValid: true,
+			NotBefore: now.Add(-backdate), NotAfter: now.Add(4 * validity), IsCA: true, BasicConstraintsValid: true,
 			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 		der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
 		if err != nil {
@@ -206,7 +208,7 @@ func (s *SelfManaged) issue(sec *corev1.Secret, newCA bool) error {
 		return err
 	}
 	tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook"},
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(validity), DNSNames: s.DNSNames, IPAddresses: s.IPs,
+		NotBefore: now.Add(-backdate), NotAfter: now.Add(validity), DNSNames: s.DNSNames, IPAddresses: s.IPs,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tpl, caCert, &key.PublicKey, caKey)
 	if err != nil {

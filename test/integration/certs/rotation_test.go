@@ -1,0 +1,112 @@
+// Package certs tests self-managed certificates through a real API server: while the serving
+// certificate rotates, every admission keeps succeeding.
+package certs
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"wavegate.io/wavegate/pkg/certs"
+	"wavegate.io/wavegate/pkg/mutate"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/test/framework"
+)
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func serial(t *testing.T, path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	p, _ := pem.Decode(b)
+	if p == nil {
+		return ""
+	}
+	c, err := x509.ParseCertificate(p.Bytes)
+	if err != nil {
+		return ""
+	}
+	return c.SerialNumber.String()
+}
+
+func TestRotationWithoutFailedAdmissions(t *testing.T) {
+	g := NewWithT(t)
+	env, err := framework.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+
+	// A fail-closed webhook for ConfigMaps of one namespace, served by wavegate's handler over a
+	// certificate that rotates every few seconds.
+	port, dir := freePort(t), t.TempDir()
+	hook := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "rotation-test"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "rotation.wavegate.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, mutate.Path))},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"rotation": "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](5),
+		}},
+	}
+	_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rotation", Labels: map[string]string{"rotation": "true"}}}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: dir,
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, MutatingWebhooks: []string{hook.Name},
+		Validity: 6 * time.Second, Check: 200 * time.Millisecond}
+	g.Expect(sm.Reconcile(ctx)).To(Succeed())
+	go func() { _ = sm.Start(ctx) }()
+
+	server := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
+	server.Register(mutate.Path, &mutate.Server{Policies: policy.NewStaticStore(&policy.Index{})})
+	go func() { _ = server.Start(ctx) }()
+	g.Eventually(func() error { return server.StartedChecker()(nil) }).WithTimeout(10 * time.Second).Should(Succeed())
+
+	// Admit ConfigMaps without pause for three rotations.
+	certPath := filepath.Join(dir, "tls.crt")
+	serials := map[string]bool{serial(t, certPath): true}
+	deadline := time.Now().Add(40 * time.Second)
+	n := 0
+	for len(serials) < 4 && time.Now().Before(deadline) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strconv.Itoa(n), Namespace: "rotation"}}
+		_, err := cs.CoreV1().ConfigMaps("rotation").Create(ctx, cm, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred(), "admission %d failed while the certificate rotated", n)
+		n++
+		serials[serial(t, certPath)] = true
+	}
+	g.Expect(len(serials)).To(BeNumerically(">=", 4), "the certificate did not rotate three times")
+	t.Logf("%d admissions across %d certificates, none failed", n, len(serials))
+}
