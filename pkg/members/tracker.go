@@ -45,6 +45,8 @@ var skipped = map[schema.GroupResource]bool{
 	{Resource: "pods"}: true,
 	// wavegate never reads Secrets.
 	{Resource: "secrets"}: true,
+	// Deprecated, and not objects anyone applies.
+	{Resource: "componentstatuses"}: true,
 }
 
 // Kind is a tracked resource.

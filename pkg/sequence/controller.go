@@ -511,7 +511,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
 			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
 			Terminating: td.terminating[g.Name], Held: td.held[g.Name]}
-		if g.JobName != "" {
+		if g.JobName != "" && g.JobState != JobMissing {
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
 		if g.Open {
