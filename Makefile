@@ -58,8 +58,16 @@ test: vet envtest-assets ## Run unit and integration tests against a real kube-a
 	KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks (record the figures in docs/benchmarks.md).
+bench: ## Run the in-process benchmarks (record the figures in docs/benchmarks.md).
 	go test -run '^$$' -bench . -benchmem -count 10 ./pkg/... | tee bench.txt
+
+.PHONY: bench-webhook
+bench-webhook: ## Load the webhook server over TLS on loopback: 200/s sustained, 1,000/s burst.
+	go test ./test/load/ -run '^$$' -bench TLSLoad -benchtime 1x -count 3
+
+.PHONY: bench-ordering
+bench-ordering: envtest-assets ## Release latency and waiter detection through a real API server.
+	WAVEGATE_TEST_LOG_LEVEL=-5 KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test ./test/integration/ordering/ -run '^$$' -bench . -benchtime 10x -count 3
 
 ##@ Local cluster
 
