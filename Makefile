@@ -65,6 +65,10 @@ bench: ## Run the in-process benchmarks (record the figures in docs/benchmarks.m
 bench-webhook: ## Load the webhook server over TLS on loopback: 200/s sustained, 1,000/s burst.
 	go test ./test/load/ -run '^$$' -bench TLSLoad -benchtime 1x -count 3
 
+.PHONY: bench-scale
+bench-scale: envtest-assets ## Manager heap with 10k labeled workloads and 50k pods in a real API server (~2 min).
+	WAVEGATE_TEST_LOG_LEVEL=-5 KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test ./test/integration/scale/ -run '^$$' -bench . -benchtime 1x -timeout 15m
+
 .PHONY: bench-ordering
 bench-ordering: envtest-assets ## Release latency and waiter detection through a real API server.
 	WAVEGATE_TEST_LOG_LEVEL=-5 KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test ./test/integration/ordering/ -run '^$$' -bench . -benchtime 10x -count 3

@@ -86,7 +86,7 @@ func CacheOptions(cfg Config) cache.Options {
 				Field: fields.OneTermEqualSelector("metadata.name", cfg.WebhookConfigurationName),
 			},
 			// Only member pods and wait Jobs are cached, never the cluster's other pods and Jobs.
-			&corev1.Pod{}:                {Label: exists(keys.GroupLabel)},
+			&corev1.Pod{}:                {Label: exists(keys.GroupLabel), Transform: slimPod},
 			&batchv1.Job{}:               {Label: labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"})},
 			&corev1.ServiceAccount{}:     {Label: waiterRBAC},
 			&rbacv1.Role{}:               {Label: waiterRBAC},
@@ -95,6 +95,21 @@ func CacheOptions(cfg Config) cache.Options {
 			&rbacv1.ClusterRoleBinding{}: {Label: waiterRBAC},
 		},
 	}
+}
+
+// slimPod keeps of a cached pod only what wavegate reads: metadata (labels, owners, deletion),
+// its scheduling gates and node, and its phase. At 50k member pods the containers, volumes and
+// status conditions would dominate the manager's memory.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	delete(p.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
+	p.Spec = corev1.PodSpec{SchedulingGates: p.Spec.SchedulingGates, NodeName: p.Spec.NodeName}
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase}
+	return p, nil
 }
 
 // Wavegate is what Setup added to a manager.

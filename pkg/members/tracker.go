@@ -241,7 +241,32 @@ func SequenceOf(o metav1.Object) string {
 }
 
 func (t *Tracker) discover() ([]Kind, error) {
-	lists, err := t.Discovery.ServerPreferredResources()
+	kinds, err := Discover(t.Discovery, "list", "watch")
+	if err != nil {
+		return nil, err
+	}
+	out := kinds[:0]
+	for _, k := range kinds {
+		if t.CanWatch == nil || t.CanWatch(k.GVR.Group, k.GVR.Resource) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// Discover returns the resources the API server serves (preferred versions, no subresources)
+// that support every one of verbs and may hold group members (see Skipped).
+func Discover(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
+	return discover(d, true, verbs)
+}
+
+// DiscoverAll is Discover without leaving out the resources that never hold members.
+func DiscoverAll(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
+	return discover(d, false, verbs)
+}
+
+func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind, error) {
+	lists, err := d.ServerPreferredResources()
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovering resources: %w", err)
 	}
@@ -252,9 +277,8 @@ func (t *Tracker) discover() ([]Kind, error) {
 			continue
 		}
 		for _, r := range l.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "watch") ||
-				skipped[schema.GroupResource{Group: gv.Group, Resource: r.Name}] ||
-				t.CanWatch != nil && !t.CanWatch(gv.Group, r.Name) {
+			if strings.Contains(r.Name, "/") || skip && skipped[schema.GroupResource{Group: gv.Group, Resource: r.Name}] ||
+				slices.ContainsFunc(verbs, func(v string) bool { return !slices.Contains(r.Verbs, v) }) {
 				continue
 			}
 			out = append(out, Kind{GVR: gv.WithResource(r.Name), GVK: gv.WithKind(r.Kind), Namespaced: r.Namespaced})

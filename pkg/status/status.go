@@ -197,23 +197,13 @@ func groupOf(o *unstructured.Unstructured, policies []wavev1.WavePolicy) string 
 }
 
 func (c *Collector) kinds() ([]schema.GroupVersionResource, error) {
-	lists, err := c.Discovery.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
+	kinds, err := members.Discover(c.Discovery, "list")
+	if err != nil {
 		return nil, err
 	}
-	var out []schema.GroupVersionResource
-	for _, l := range lists {
-		gv, err := schema.ParseGroupVersion(l.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, r := range l.APIResources {
-			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || members.Skipped(gr) {
-				continue
-			}
-			out = append(out, gv.WithResource(r.Name))
-		}
+	out := make([]schema.GroupVersionResource, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.GVR
 	}
 	return out, nil
 }

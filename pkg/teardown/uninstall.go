@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 )
 
 // Uninstall makes wavegate safe to remove: it deletes wavegate's webhook configurations, so that
@@ -47,45 +48,37 @@ func (u *Uninstall) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(u.Out, "deleted webhook configurations %s\n", strings.Join(u.WebhookConfigurations, ", "))
 
-	lists, err := u.Discovery.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return fmt.Errorf("discovering resources: %w", err)
+	// Every kind (pods for their gates, and any kind an older wavegate may have finalized).
+	kinds, err := members.DiscoverAll(u.Discovery, "list", "patch")
+	if err != nil {
+		return err
 	}
 	finalizers, gates := 0, 0
-	for _, l := range lists {
-		gv, err := schema.ParseGroupVersion(l.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, r := range l.APIResources {
-			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") || !slices.Contains(r.Verbs, "patch") {
-				continue
+	for _, k := range kinds {
+		gvr := k.GVR
+		for _, label := range u.GroupLabels {
+			req, _ := labels.NewRequirement(label, selection.Exists, nil)
+			list, err := u.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
+			if err != nil {
+				if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+					continue
+				}
+				return fmt.Errorf("listing %s: %w", gvr, err)
 			}
-			gvr := gv.WithResource(r.Name)
-			for _, label := range u.GroupLabels {
-				req, _ := labels.NewRequirement(label, selection.Exists, nil)
-				list, err := u.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
-				if err != nil {
-					if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
-						continue
-					}
-					return fmt.Errorf("listing %s: %w", gvr, err)
-				}
-				for _, o := range list.Items {
-					if i := slices.Index(o.Finalizers, keys.TeardownFinalizer); i >= 0 {
-						if err := u.remove(ctx, gvr, o.Namespace, o.Name, "/metadata/finalizers", i, strconv.Quote(keys.TeardownFinalizer)); err != nil {
-							return err
-						}
-						finalizers++
-					}
-				}
-				if gvr.Group == "" && gvr.Resource == "pods" {
-					n, err := u.ungate(ctx, list.Items)
-					if err != nil {
+			for _, o := range list.Items {
+				if i := slices.Index(o.Finalizers, keys.TeardownFinalizer); i >= 0 {
+					if err := u.remove(ctx, gvr, o.Namespace, o.Name, "/metadata/finalizers", i, strconv.Quote(keys.TeardownFinalizer)); err != nil {
 						return err
 					}
-					gates += n
+					finalizers++
 				}
+			}
+			if gvr.Group == "" && gvr.Resource == "pods" {
+				n, err := u.ungate(ctx, list.Items)
+				if err != nil {
+					return err
+				}
+				gates += n
 			}
 		}
 	}

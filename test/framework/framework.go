@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -234,4 +235,37 @@ func ContainsAll(got, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// RunSuite is a TestMain body: it starts the API server, runs beforeManager (CRDs the manager must
+// discover at start, say), starts a wavegate manager, runs afterManager (helpers that need both;
+// the function it returns stops them first), then the tests, and stops everything. It fills *env
+// and *mgr; a test may replace *mgr (a restart) and it is still stopped.
+func RunSuite(m *testing.M, env **Env, mgr **Manager, beforeManager func() error, afterManager func() (func(), error)) int {
+	var err error
+	if *env, err = Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = (*env).Stop() }()
+	if beforeManager != nil {
+		if err := beforeManager(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if *mgr, err = (*env).StartManager(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { (*mgr).Stop() }()
+	if afterManager != nil {
+		stop, err := afterManager()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer stop()
+	}
+	return m.Run()
 }

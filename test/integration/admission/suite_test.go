@@ -4,7 +4,6 @@ package admission
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -20,27 +19,12 @@ import (
 	"wavegate.io/wavegate/test/framework"
 )
 
-var env *framework.Env
+var (
+	env *framework.Env
+	mgr *framework.Manager
+)
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = framework.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	mgr, err := env.StartManager(context.Background())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer mgr.Stop()
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(framework.RunSuite(m, &env, &mgr, nil, nil)) }
 
 // namespace creates a namespace, opted in or not, that is deleted after the test.
 func namespace(t *testing.T, optedIn bool) string {

@@ -134,7 +134,9 @@ func TestPodsOfReleasedTemplatesStartWithoutAGate(t *testing.T) {
 	a := installApp(t)
 	eventuallyUngated(t, a.dbPod)
 	g.Eventually(func(g Gomega) []string {
-		return sequenceStatus(g, a.ns).Status.Groups[0].ClearedTemplates
+		groups := sequenceStatus(g, a.ns).Status.Groups
+		g.Expect(groups).NotTo(BeEmpty())
+		return groups[0].ClearedTemplates
 	}).WithTimeout(timeout).Should(ContainElement(string(a.db.UID) + "/db-1"))
 	// A replacement pod of the released database is admitted without a gate.
 	replacement := podOf(t, a.db, a.db.Spec.Template, "controller-revision-hash", "db-1")

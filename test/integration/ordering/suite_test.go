@@ -32,26 +32,15 @@ var (
 
 const timeout = 20 * time.Second
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = framework.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if mgr, err = env.StartManager(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { mgr.Stop() }()
-	if runner, err = env.RunWaitJobs(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer runner.Stop()
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(framework.RunSuite(m, &env, &mgr, nil, func() (func(), error) {
+		var err error
+		runner, err = env.RunWaitJobs(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		return runner.Stop, nil
+	}))
 }
 
 func namespace(t *testing.T) string {

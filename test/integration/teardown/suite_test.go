@@ -40,30 +40,16 @@ const (
 
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	var err error
-	if env, err = framework.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	dyn = dynamic.NewForConfigOrDie(env.Config)
-	if err := installWidgetCRD(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if mgr, err = env.StartManager(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { mgr.Stop() }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go runOperator(ctx)
-	go runGC(ctx)
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
+		dyn = dynamic.NewForConfigOrDie(env.Config)
+		return installWidgetCRD() // before the manager, so that it discovers Widgets at start
+	}, func() (func(), error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		go runOperator(ctx)
+		go runGC(ctx)
+		return cancel, nil
+	}))
 }
 
 func installWidgetCRD() error {
@@ -121,7 +107,11 @@ func runOperator(ctx context.Context) {
 func runGC(ctx context.Context) {
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	for ctx.Err() == nil {
-		pods, _ := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
+		pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
 		for _, p := range pods.Items {
 			d, err := cs.AppsV1().Deployments(p.Namespace).Get(ctx, "operator", metav1.GetOptions{})
 			switch {
@@ -132,14 +122,21 @@ func runGC(ctx context.Context) {
 			}
 		}
 		// Widgets have no dependents: foreground deletion has nothing to wait for.
-		ws, _ := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
+		ws, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue // the API server is going away at the end of the suite
+		}
 		for _, w := range ws.Items {
 			if w.GetDeletionTimestamp() != nil && slices.Contains(w.GetFinalizers(), metav1.FinalizerDeleteDependents) {
 				w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == metav1.FinalizerDeleteDependents }))
 				_, _ = dyn.Resource(widgets).Namespace(w.GetNamespace()).Update(ctx, &w, metav1.UpdateOptions{})
 			}
 		}
-		deps, _ := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		deps, err := cs.AppsV1().Deployments(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
 		for _, d := range deps.Items {
 			if d.DeletionTimestamp == nil || !slices.Contains(d.Finalizers, metav1.FinalizerDeleteDependents) {
 				continue

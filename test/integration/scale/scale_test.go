@@ -1,0 +1,127 @@
+// Package scale measures the manager's memory with many members through a real API server.
+package scale
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/test/framework"
+)
+
+func heapMiB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc) / (1 << 20)
+}
+
+// parallel runs n calls of f on workers goroutines.
+func parallel(b *testing.B, n, workers int, f func(i int) error) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+}
+
+// BenchmarkManagerMemory creates WAVEGATE_SCALE_WORKLOADS labeled Deployments (default 10,000)
+// and five pods each (50,000), plus as many unlabeled Deployments that must never be cached, then
+// starts a manager and reports its heap once its caches have synced. One iteration is one run.
+func BenchmarkManagerMemory(b *testing.B) {
+	workloads := 10000
+	if v := os.Getenv("WAVEGATE_SCALE_WORKLOADS"); v != "" {
+		fmt.Sscan(v, &workloads)
+	}
+	env, err := framework.Start()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	cfg := *env.Config
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit: the API server's own flow control applies
+	cs := kubernetes.NewForConfigOrDie(&cfg)
+	ctx := context.Background()
+	const namespaces = 50
+	for n := range namespaces {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("scale-%d", n)}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	spec := func(app string) appsv1.DeploymentSpec {
+		sel := map[string]string{"app": app}
+		return appsv1.DeploymentSpec{Replicas: ptr.To[int32](5), Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example.com/app:v1", Args: []string{"--a", "--b"},
+					Env: []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}}}}}}}
+	}
+	start := time.Now()
+	parallel(b, 2*workloads, 16, func(i int) error {
+		ns := fmt.Sprintf("scale-%d", i%namespaces)
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("d%d", i), Namespace: ns}, Spec: spec(fmt.Sprintf("d%d", i))}
+		if i < workloads {
+			d.Labels = map[string]string{keys.GroupLabel: fmt.Sprintf("g%d", i%5), keys.GroupOrderLabel: fmt.Sprint(i % 5)}
+		}
+		created, err := cs.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{})
+		if err != nil || i >= workloads {
+			return err
+		}
+		for r := range 5 {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", d.Name, r), Namespace: ns,
+				Labels:          map[string]string{keys.GroupLabel: d.Labels[keys.GroupLabel], "pod-template-hash": "h"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: d.Name, UID: types.UID(created.UID), Controller: ptr.To(true)}}},
+				Spec: d.Spec.Template.Spec}
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.Logf("created %d labeled and %d unlabeled Deployments and %d pods in %s", workloads, workloads, 5*workloads, time.Since(start).Round(time.Second))
+
+	before := heapMiB()
+	b.ResetTimer()
+	for range b.N {
+		mgr, err := env.StartManager(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for !mgr.Wavegate.Members.HasSynced() || !mgr.GetCache().WaitForCacheSync(ctx) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // let the first reconciles of the 50 sequences settle
+		b.ReportMetric(heapMiB()-before, "heap-MiB")
+		mgr.Stop()
+	}
+	b.ReportMetric(0, "ns/op")
+}
