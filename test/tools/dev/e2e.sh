@@ -7,3 +7,5 @@ export KUBECONFIG=$root/.dev/kubeconfig KUBECACHEDIR=$root/.dev/kube-cache
 trap '"$root/test/tools/dev/dev.sh" down' EXIT
 "$root/test/tools/dev/dev.sh" up
 cd "$root" && go test -tags e2e -count 1 -timeout 15m ./test/e2e/... "$@"
+# The Helm SDK round trip lives in its own module, so that Helm's dependencies stay out of wavegate's.
+cd "$root/test/e2e/helm" && KUBE_BIN=$KUBE_BIN go test -tags e2e -count 1 -timeout 10m ./... "$@"
