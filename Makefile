@@ -15,7 +15,7 @@ $(error cannot read the pinned Kubernetes and etcd versions from test/tools)
 endif
 CONTROLLER_GEN ?= $(CACHE)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
-GO_TEST_FLAGS ?= -timeout 20m
+GO_TEST_FLAGS ?= -timeout 20m -count=1
 
 .PHONY: all
 all: build
