@@ -17,6 +17,16 @@ say() { printf '>> %s\n' "$*" >&2; }
 
 running() { [ -f "$dev/$1.pid" ] && kill -0 "$(cat "$dev/$1.pid")" 2>/dev/null; }
 
+# ready asks the manager's readiness probe (bash's /dev/tcp: no curl needed).
+ready() {
+	(
+		exec 3<>"/dev/tcp/${health%:*}/${health#*:}" || exit 1
+		printf 'GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n' "$health" >&3
+		read -r line <&3 || exit 1
+		[[ $line == *" 200 "* ]]
+	) 2>/dev/null
+}
+
 start() { # name command...
 	local name=$1; shift
 	if running "$name"; then return; fi
@@ -59,7 +69,7 @@ YAML
 		--waiter-image wavegate:dev --zap-log-level info
 	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --logs "$dev/pods"
 	for _ in $(seq 300); do
-		if running manager && curl -fsS "http://$health/readyz" >/dev/null 2>&1; then
+		if running manager && ready; then
 			say "wavegate is serving. Use the cluster with: export KUBECONFIG=$dev/kubeconfig"
 			say "  $kubectl get sequences; logs in $dev/*.log; wait-Job logs in $dev/pods/; stop with: make dev-down"
 			return
