@@ -5,6 +5,7 @@ package mutate
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -53,6 +54,8 @@ type Request struct {
 	Permissions PermissionSource
 	// Create is true for CREATE: scheduling gates can only be added when a pod is created.
 	Create bool
+	// OldLabels are the labels before an UPDATE (nil for CREATE).
+	OldLabels map[string]string
 	// Gates is consulted for pods; nil gates every member pod.
 	Gates GateSource
 }
@@ -81,6 +84,11 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		if req.GroupKind == podGroupKind {
 			// A controller creates pods from a template admitted earlier: denying would stall it.
 			return admission.Allowed("").WithWarnings("wavegate ignored this pod: " + msg)
+		}
+		if req.OldLabels != nil && maps.Equal(req.OldLabels, obj.Labels) {
+			// Ratcheting, as Kubernetes validation does: labels that stopped resolving because a
+			// policy changed must not block every later update (removing a finalizer, say).
+			return admission.Allowed("").WithWarnings("wavegate ignored this object: " + msg)
 		}
 		return admission.Denied(msg)
 	}

@@ -436,3 +436,19 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 		t.Errorf("an EndpointSlice that copied a Service's labels was mutated: %+v", resp.Patches)
 	}
 }
+
+// TestUpdatesRatchet: an update that leaves labels which no longer resolve as they were is
+// admitted with a warning (so that a finalizer can still be removed); changing labels into
+// invalid ones is denied.
+func TestUpdatesRatchet(t *testing.T) {
+	bad := map[string]string{keys.GroupLabel: "db"} // no order anywhere
+	raw, _ := json.Marshal(&corev1.ConfigMap{ObjectMeta: meta(bad, nil)})
+	resp := Mutate(parse(t, raw, configMapGK), Request{GroupKind: configMapGK, Namespace: "shop", OldLabels: bad}, nil)
+	if !resp.Allowed || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], `group "db" has no order`) {
+		t.Errorf("unchanged invalid labels: got %+v", resp)
+	}
+	resp = Mutate(parse(t, raw, configMapGK), Request{GroupKind: configMapGK, Namespace: "shop", OldLabels: map[string]string{}}, nil)
+	if resp.Allowed {
+		t.Error("an update that introduces invalid labels was admitted")
+	}
+}

@@ -166,9 +166,20 @@ func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
 	if err != nil {
 		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 	}
+	var oldLabels map[string]string
+	if op == string(admissionv1.Update) {
+		if old := req.Get("oldObject"); old != nil && old.Type() == fastjson.TypeObject {
+			if oldLabels, err = stringMap(old, "metadata", "labels"); err != nil {
+				return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
+			}
+			if oldLabels == nil {
+				oldLabels = map[string]string{}
+			}
+		}
+	}
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
 	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, Create: op == string(admissionv1.Create),
-		Gates: s.Gates, Permissions: s.Permissions}, idx)
+		OldLabels: oldLabels, Gates: s.Gates, Permissions: s.Permissions}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}

@@ -4,9 +4,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"testing"
@@ -28,16 +25,7 @@ import (
 func TestArgoCDAppDeletionFollowsLiveWaves(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", os.Getenv("KUBECONFIG"))
-	g.Expect(op.Start()).To(Succeed())
-	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
-	run(t, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml"))
-	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
-	run(t, "apply", "-f", filepath.Join(example("widgets"), "app.yaml"))
-	g.Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", "widgets", "-o", "jsonpath={.status.summary}").Output()
-		return string(out)
-	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("instances 2/2 Released"))
+	installWidgets(t)
 
 	// The application's objects, as Argo CD tracks them, with their live waves.
 	type obj struct {

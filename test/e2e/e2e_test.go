@@ -178,6 +178,21 @@ func TestServerSideDryRunCreatesNothing(t *testing.T) {
 func TestOperatorTeardownWithKubectl(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	installWidgets(t)
+
+	run(t, "delete", "-f", filepath.Join(example("widgets"), "app.yaml"), "--wait=true", "--timeout=90s")
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	list, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
+	run(t, "delete", "-f", filepath.Join(example("widgets"), "crd.yaml"), "--wait=true", "--timeout=60s")
+}
+
+// installWidgets starts the stand-in operator (bin/widget-operator: it finalizes Widgets only while
+// its pods run) and applies examples/widgets, then waits until the sequence is released.
+func installWidgets(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
 	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", os.Getenv("KUBECONFIG"))
 	g.Expect(op.Start()).To(Succeed())
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
@@ -188,11 +203,4 @@ func TestOperatorTeardownWithKubectl(t *testing.T) {
 		out, _ := exec.Command(kubectl, "get", "sequence", "widgets", "-o", "jsonpath={.status.summary}").Output()
 		return string(out)
 	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("instances 2/2 Released"))
-
-	run(t, "delete", "-f", filepath.Join(example("widgets"), "app.yaml"), "--wait=true", "--timeout=90s")
-	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
-	list, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
-	run(t, "delete", "-f", filepath.Join(example("widgets"), "crd.yaml"), "--wait=true", "--timeout=60s")
 }

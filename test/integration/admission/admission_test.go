@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -205,9 +206,13 @@ func TestPolicyOrdersGroupsAndPolicyChangesApplyOnUpdate(t *testing.T) {
 	g.Expect(cm.Annotations).To(Equal(resolvedAnnotations(ns, group, "7", "702")))
 
 	// The platform team moves the group; the next update of the object follows.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-	p.Spec.Groups[0].Order = 8
-	g.Expect(env.Client.Update(ctx, p)).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { // the status controller writes it too
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.Groups[0].Order = 8
+		return env.Client.Update(ctx, p)
+	})).To(Succeed())
 	waitForPolicy(t, ns, group, "800")
 	cm.Data = map[string]string{"k": "v"}
 	g.Expect(env.Client.Update(ctx, cm)).To(Succeed())

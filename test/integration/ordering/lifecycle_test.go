@@ -12,6 +12,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -116,9 +117,13 @@ func TestTimeoutBlocksLaterGroups(t *testing.T) {
 	}).WithTimeout(timeout).Should(ContainElement(sequence.ReasonGroupTimedOut))
 
 	// The policy now releases on timeout: later groups go ahead.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-	p.Spec.Groups[0].OnTimeout = wavev1.OnTimeoutRelease
-	g.Expect(env.Client.Update(ctx, p)).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { // the status controller writes it too
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Spec.Groups[0].OnTimeout = wavev1.OnTimeoutRelease
+		return env.Client.Update(ctx, p)
+	})).To(Succeed())
 	eventuallyUngated(t, afterPod)
 }
 

@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -49,9 +50,8 @@ func TestPolicyTurningTeardownOffReleasesFinalizers(t *testing.T) {
 	g.Eventually(func() error { return env.Client.Create(ctx, cm) }).WithTimeout(timeout).Should(Succeed())
 	g.Expect(cm.Finalizers).To(ContainElement(keys.TeardownFinalizer))
 
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
-	p.Spec.Defaults.Teardown = wavev1.TeardownDisabled
-	g.Expect(env.Client.Update(ctx, p)).To(Succeed())
+	// A merge patch of the spec: the status controller writes the same object concurrently.
+	g.Expect(env.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"defaults":{"teardown":"Disabled"}}}`)))).To(Succeed())
 	g.Eventually(func(g Gomega) []string {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 		return cm.Finalizers

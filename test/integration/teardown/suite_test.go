@@ -85,8 +85,9 @@ func runOperator(ctx context.Context) {
 		list, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
 		if err == nil {
 			for _, w := range list.Items {
-				if w.GetDeletionTimestamp() == nil || !slices.Contains(w.GetFinalizers(), widgetFinalizer) {
-					continue
+				if w.GetDeletionTimestamp() == nil || !slices.Contains(w.GetFinalizers(), widgetFinalizer) ||
+					time.Since(w.GetDeletionTimestamp().Time) < 500*time.Millisecond {
+					continue // an operator takes a moment to clean up; wavegate's hold must be visible meanwhile
 				}
 				pods, err := cs.CoreV1().Pods(w.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
 				if err != nil || len(pods.Items) == 0 {
