@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -312,7 +313,7 @@ func caCurrent[T any](hooks []T, bundle func(int) []byte, ca []byte) bool {
 }
 
 func encode(b []byte) string {
-	return base64Std.EncodeToString(b)
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 func parseCert(p []byte) (*x509.Certificate, error) {

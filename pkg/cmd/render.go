@@ -1,10 +1,12 @@
 package cmd
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,7 +47,7 @@ func newRenderCommand() *cobra.Command {
 // open returns readers for a file, every .yaml/.yml/.json file of a directory, or stdin, each
 // followed by a document separator.
 func open(path string, stdin io.Reader) ([]io.Reader, error) {
-	sep := func() io.Reader { return stringsReader("\n---\n") }
+	sep := func() io.Reader { return strings.NewReader("\n---\n") }
 	if path == "-" {
 		return []io.Reader{stdin, sep()}, nil
 	}
@@ -58,7 +60,7 @@ func open(path string, stdin io.Reader) ([]io.Reader, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []io.Reader{bytesReader(b), sep()}, nil
+		return []io.Reader{bytes.NewReader(b), sep()}, nil
 	}
 	entries, err := os.ReadDir(path)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/readiness"
 )
 
 // Condition types and reasons of a WavePolicy.
@@ -21,6 +22,8 @@ const (
 	ConditionReady = "Ready"
 	ReasonAccepted = "Accepted"
 	ReasonConflict = "Conflict"
+	// ReasonInvalidReadiness: a readiness rule does not compile; the default rules apply instead.
+	ReasonInvalidReadiness = "InvalidReadinessRule"
 )
 
 // StatusReconciler reports on each WavePolicy whether it is in effect: Ready=False with reason
@@ -72,6 +75,9 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if len(conflicts) > 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
 		cond.Message = strings.Join(conflicts, "; ") + ": members of these groups are denied until the policies agree"
+	} else if _, err := readiness.NewChecker(p.Spec.Readiness); err != nil {
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidReadiness
+		cond.Message = fmt.Sprintf("spec.%v: fix the expression; until then the default readiness rules apply", err)
 	}
 	before := p.DeepCopy()
 	p.Status.ObservedGeneration = p.Generation

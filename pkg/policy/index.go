@@ -11,6 +11,7 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/readiness"
 )
 
 // DefaultTimeout is a group's readiness timeout when no policy sets one.
@@ -34,6 +35,7 @@ type Group struct {
 // without policies: groups take their order from labels.
 type Index struct {
 	readiness    map[string]wavev1.Readiness
+	checkers     map[string]*readiness.Checker
 	groupLabels  []string
 	groups       map[string]Group
 	conflicts    map[string]string
@@ -47,7 +49,8 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 	sorted := slices.Clone(policies)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 
-	idx := &Index{groups: map[string]Group{}, conflicts: map[string]string{}, readiness: map[string]wavev1.Readiness{}}
+	idx := &Index{groups: map[string]Group{}, conflicts: map[string]string{}, readiness: map[string]wavev1.Readiness{},
+		checkers: map[string]*readiness.Checker{}}
 	for i := range sorted {
 		p := &sorted[i]
 		if p.DeletionTimestamp != nil {
@@ -57,6 +60,9 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 			idx.groupLabels = append(idx.groupLabels, l)
 		}
 		idx.readiness[p.Name] = p.Spec.Readiness
+		if c, err := readiness.NewChecker(p.Spec.Readiness); err == nil {
+			idx.checkers[p.Name] = c
+		}
 		if p.Spec.RequireKnownGroups {
 			idx.requireKnown = append(idx.requireKnown, p.Name)
 		}
@@ -163,4 +169,18 @@ func (i *Index) Readiness(policyName string) wavev1.Readiness {
 		return wavev1.Readiness{}
 	}
 	return i.readiness[policyName]
+}
+
+// defaultChecker judges members of groups no policy defines.
+var defaultChecker, _ = readiness.NewChecker(wavev1.Readiness{})
+
+// Checker returns the compiled readiness checker of a policy ("" or an unknown policy, or one
+// whose rules do not compile: the default checker).
+func (i *Index) Checker(policyName string) *readiness.Checker {
+	if i != nil {
+		if c, ok := i.checkers[policyName]; ok {
+			return c
+		}
+	}
+	return defaultChecker
 }

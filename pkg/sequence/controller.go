@@ -137,15 +137,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {
-	name := ""
 	if m.Resolution.Policy != nil {
-		name = m.Resolution.Policy.Policy
+		return idx.Checker(m.Resolution.Policy.Policy)
 	}
-	c, err := readiness.NewChecker(idx.Readiness(name))
-	if err != nil {
-		c, _ = readiness.NewChecker(wavev1.Readiness{})
-	}
-	return c
+	return idx.Checker("")
 }
 
 func toMember(k members.Kind, o metav1.Object, idx *policy.Index) (Member, bool) {

@@ -3,7 +3,6 @@ package sequence
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -207,7 +206,7 @@ func (r *RBACReconciler) prune(ctx context.Context, want access) error {
 			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}},
 			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}})
 	}
-	for _, o := range slices.Clip(stale) {
+	for _, o := range stale {
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting unneeded waiter access %s: %w", klog.KObj(o), err)
 		}

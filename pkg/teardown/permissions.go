@@ -11,6 +11,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -56,7 +57,7 @@ func (p *Permissions) Start(ctx context.Context) error {
 // Refresh asks the API server once.
 func (p *Permissions) Refresh(ctx context.Context) error {
 	review, err := p.Client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
-		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: p.Namespace}}, metav1CreateOptions)
+		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: p.Namespace}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating a SelfSubjectRulesReview: %w", err)
 	}

@@ -83,3 +83,19 @@ func TestConflictingPoliciesReportIt(t *testing.T) {
 		g.Expect(env.Client.Create(ctx, cm, client.DryRunAll)).To(MatchError(ContainSubstring("make the policies agree")))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
+
+func TestInvalidReadinessRuleIsReported(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-rule-"}, Spec: wavev1.WavePolicySpec{
+		Readiness: wavev1.Readiness{Rules: []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "self.status.("}}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		c := meta.FindStatusCondition(p.Status.Conditions, policy.ConditionReady)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Reason).To(Equal(policy.ReasonInvalidReadiness))
+		g.Expect(c.Message).To(ContainSubstring("spec.readiness.rules[0].current"))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
