@@ -15,7 +15,9 @@ $(error cannot read the pinned Kubernetes and etcd versions from test/tools)
 endif
 CONTROLLER_GEN ?= $(CACHE)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
-GO_TEST_FLAGS ?= -timeout 20m -count=1
+# -p 1: every integration package starts its own kube-apiserver and etcd; on 2 cores they run one
+# at a time so that timing-sensitive tests never compete for the CPU.
+GO_TEST_FLAGS ?= -timeout 20m -count=1 -p 1
 
 .PHONY: all
 all: build

@@ -399,7 +399,13 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 		if g.Name != keys.SchedulingGate {
 			continue
 		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"}]`, i, keys.SchedulingGate, i)
+		at := r.now().UTC().Format(time.RFC3339Nano)
+		stamp := fmt.Sprintf(`{"op":"add","path":"/metadata/annotations/%s","value":%q}`, strings.ReplaceAll(keys.ReleasedAtAnnotation, "/", "~1"), at)
+		if p.Annotations == nil {
+			stamp = fmt.Sprintf(`{"op":"add","path":"/metadata/annotations","value":{%q:%q}}`, keys.ReleasedAtAnnotation, at)
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"},%s]`,
+			i, keys.SchedulingGate, i, stamp)
 		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, []byte(patch)), client.FieldOwner(keys.FieldManager)); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -60,8 +61,8 @@ func example(name string) string { return filepath.Join(root, "examples", name) 
 var groupOrder = map[string]int{"database": 1, "migrate": 2, "web": 3}
 
 // TestOrderedInstallAndTeardownWithKubectl applies the three-group app in one `kubectl apply -f`
-// and proves from the cluster's own timestamps that no pod of a group was scheduled before every
-// earlier group's wait Job had completed; then `kubectl delete -f` (namespace included) leaves
+// and proves from the cluster's own timestamps that no pod of a group was released to the scheduler
+// before every earlier group's wait Job had completed; then `kubectl delete -f` (namespace included) leaves
 // nothing behind.
 func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	g := NewWithT(t)
@@ -75,7 +76,7 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 		return string(out)
 	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("True"))
 
-	// When did each group's wait Job complete, and when was each member pod scheduled?
+	// When did each group's wait Job complete, and when was each member pod released to the scheduler?
 	jobs, err := cs.BatchV1().Jobs("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
 	g.Expect(err).NotTo(HaveOccurred())
 	released := map[string]time.Time{}
@@ -93,15 +94,15 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.GroupLabel})
 	g.Expect(err).NotTo(HaveOccurred())
 	checked := 0
-	bound := scheduledAt(t, "shop")
 	for _, p := range pods.Items {
-		scheduled := bound[p.Name]
-		g.Expect(scheduled.IsZero()).To(BeFalse(), "pod %s was never scheduled", p.Name)
+		g.Expect(p.Spec.NodeName).NotTo(BeEmpty(), "pod %s was never scheduled", p.Name)
+		scheduled := ungatedAt(p)
+		g.Expect(scheduled.IsZero()).To(BeFalse(), "pod %s was never gated and released by wavegate", p.Name)
 		for group, at := range released {
 			if groupOrder[group] < groupOrder[p.Labels[keys.GroupLabel]] {
 				// Job completion times have one-second resolution: the same second is allowed.
 				g.Expect(scheduled.Add(time.Second).After(at)).To(BeTrue(),
-					"pod %s of group %s was scheduled at %s, before group %s was released at %s", p.Name, p.Labels[keys.GroupLabel], scheduled, group, at)
+					"pod %s of group %s was released at %s, before group %s was released at %s", p.Name, p.Labels[keys.GroupLabel], scheduled, group, at)
 				checked++
 			}
 		}
@@ -127,19 +128,12 @@ func rewriteNamespace(t *testing.T, path, ns string) string {
 	return out
 }
 
-// scheduledAt returns when the scheduler bound each pod of a namespace, from its Scheduled events
-// (microsecond event times; a pod's PodScheduled condition keeps the time it was first written).
-func scheduledAt(t *testing.T, ns string) map[string]time.Time {
-	t.Helper()
-	evs, err := cs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "reason=Scheduled"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]time.Time{}
-	for _, e := range evs.Items {
-		out[e.Regarding.Name] = e.EventTime.Time
-	}
-	return out
+// ungatedAt returns when wavegate removed a pod's scheduling gate, from the annotation it writes in
+// the same patch. A gated pod cannot be bound, so the pod was scheduled after this time; the zero
+// time means wavegate never ungated it.
+func ungatedAt(p corev1.Pod) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, p.Annotations[keys.ReleasedAtAnnotation])
+	return t
 }
 
 // TestServerSideDryRunCreatesNothing: `kubectl apply --dry-run=server` of the whole example

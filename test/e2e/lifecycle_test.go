@@ -52,20 +52,16 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 	}
 	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	g.Expect(err).NotTo(HaveOccurred())
-	var bound map[string]time.Time
 	newPods := 0
 	for _, p := range pods.Items {
 		if p.Spec.Containers[0].Image != "shop/web:2" {
 			continue
 		}
 		newPods++
-		// The scheduler records its events asynchronously.
-		g.Eventually(func() bool {
-			bound = scheduledAt(t, "shop")
-			return !bound[p.Name].IsZero()
-		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "no Scheduled event for %s", p.Name)
-		g.Expect(bound[p.Name].Add(time.Second).After(released)).To(BeTrue(),
-			"new web pod %s was scheduled at %s, before the database's new revision was released at %s", p.Name, bound[p.Name], released)
+		at := ungatedAt(p)
+		g.Expect(at.IsZero()).To(BeFalse(), "new web pod %s was never gated", p.Name)
+		g.Expect(at.Add(time.Second).After(released)).To(BeTrue(),
+			"new web pod %s was released at %s, before the database's new revision was released at %s", p.Name, at, released)
 	}
 	g.Expect(newPods).To(BeNumerically(">", 0))
 	// The old pods served until the new ones were ready: they were never deleted before that.

@@ -92,6 +92,9 @@ func TestInstallOrder(t *testing.T) {
 	g.Eventually(func() string { return runner.Log(ns, name) }).WithTimeout(timeout).Should(ContainSubstring(`group "database" is ready`))
 	eventuallyUngated(t, a.migPod)
 	expectGated(t, a.webPod)
+	released := &corev1.Pod{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.migPod), released)).To(Succeed())
+	g.Expect(released.Annotations).To(HaveKey(keys.ReleasedAtAnnotation), "the release time is recorded on the pod")
 
 	// A started migration Job is not ready (kstatus would say Current).
 	markJobRunning(t, a.migrate)
