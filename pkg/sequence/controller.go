@@ -229,8 +229,8 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	if deadline < 1 {
 		deadline = 1
 	}
-	// The waiter gives up a little before the deadline so that it can say so in its log.
-	args = append(args, "--timeout", (g.Timeout - g.Timeout/20).String())
+	// The Job's activeDeadlineSeconds is the only clock: the Job controller then fails the Job
+	// with reason DeadlineExceeded, which is how a timeout is told from a failure.
 	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, waitSequenceLabel: seq, waitRevisionLabel: g.Revision}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{

@@ -165,6 +165,7 @@ func finish(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "group %q was not ready within %s\n", o.Group, o.Timeout)
 		return ErrTimeout
 	}
+	fmt.Fprintf(o.Out, "stopped before group %q was ready: %v\n", o.Group, context.Cause(ctx))
 	return ctx.Err()
 }
 

@@ -100,10 +100,11 @@ func TestTimeoutBlocksLaterGroups(t *testing.T) {
 	g.Expect(c.Reason).To(Equal(string(wavev1.GroupTimedOut)))
 	g.Expect(c.Message).To(ContainSubstring("not ready within 2s"))
 	jobNS, jobName, _ := strings.Cut(seq.Status.Groups[0].WaitJob, "/")
-	g.Expect(runner.Log(jobNS, jobName)).To(ContainSubstring("was not ready within"))
+	g.Expect(runner.Log(jobNS, jobName)).To(ContainSubstring("stopped before group"))
 	j := &batchv1.Job{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: jobNS, Name: jobName}, j)).To(Succeed())
-	g.Expect(j.Annotations).To(HaveKeyWithValue(keys.Domain+"/exit-code", "2"), "the waiter exits 2 on timeout")
+	g.Expect(j.Spec.ActiveDeadlineSeconds).To(HaveValue(BeEquivalentTo(2)), "the Job's deadline is the group's timeout")
+	g.Expect(j.Status.Conditions).To(ContainElement(HaveField("Reason", batchv1.JobReasonDeadlineExceeded)))
 	g.Eventually(func(g Gomega) []string {
 		var evs eventsv1.EventList
 		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
