@@ -25,6 +25,13 @@ const (
 	// the Job a member).
 	WaitGroupLabel = Domain + "/wait-for-group"
 
+	// WaitSequenceLabel and WaitRevisionLabel on a wait Job name the sequence and the group revision
+	// it waits for.
+	WaitSequenceLabel = Domain + "/wait-sequence"
+	WaitRevisionLabel = Domain + "/wait-revision"
+	// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
+	WaiterRBACLabel = Domain + "/waiter-rbac"
+
 	// ResolvedDomain prefixes the annotations in which wavegate records what it resolved.
 	ResolvedDomain = "resolved." + Domain
 	// ResolvedSequenceAnnotation is the sequence the object belongs to.

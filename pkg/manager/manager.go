@@ -78,7 +78,7 @@ func CacheOptions(cfg Config) cache.Options {
 		req, _ := labels.NewRequirement(key, selection.Exists, nil)
 		return labels.NewSelector().Add(*req)
 	}
-	waiterRBAC := labels.SelectorFromSet(labels.Set{sequence.WaiterRBACLabel: "true"})
+	waiterRBAC := labels.SelectorFromSet(labels.Set{keys.WaiterRBACLabel: "true"})
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject: map[client.Object]cache.ByObject{

@@ -33,10 +33,7 @@ import (
 	"wavegate.io/wavegate/pkg/resolve"
 )
 
-// Labels of wait Jobs besides keys.WaitJobLabel and keys.WaitGroupLabel.
 const (
-	waitSequenceLabel = keys.Domain + "/wait-sequence"
-	waitRevisionLabel = keys.Domain + "/wait-revision"
 	// PodSequenceIndex indexes cached pods by sequence.
 	PodSequenceIndex = "wavegate.io/pod-sequence"
 	// WaiterServiceAccount runs wait Jobs.
@@ -158,7 +155,7 @@ func toMember(k members.Kind, o metav1.Object, idx *policy.Index) (Member, bool)
 
 func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, error) {
 	var list batchv1.JobList
-	if err := r.Client.List(ctx, &list, client.MatchingLabels{keys.WaitJobLabel: "true", waitSequenceLabel: seq}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
 		return nil, fmt.Errorf("listing wait Jobs: %w", err)
 	}
 	return list.Items, nil
@@ -188,19 +185,15 @@ func StateOf(j *batchv1.Job) JobState {
 		case batchv1.JobComplete:
 			return JobComplete
 		case batchv1.JobFailed:
-			if c.Reason == batchv1.JobReasonDeadlineExceeded || j.Status.Failed > 0 && exitedWith(j, 2) {
+			// The Job's activeDeadlineSeconds is the group's timeout: the Job controller then fails
+			// it with DeadlineExceeded. Any other failure is a member that failed for good.
+			if c.Reason == batchv1.JobReasonDeadlineExceeded {
 				return JobTimedOut
 			}
 			return JobFailed
 		}
 	}
 	return JobRunning
-}
-
-// exitedWith reports whether the Job recorded the waiter's exit code in an annotation (the local
-// cluster's pod runner and the tests do; the kubelet reports it in the pod).
-func exitedWith(j *batchv1.Job, code int) bool {
-	return j.Annotations[keys.Domain+"/exit-code"] == strconv.Itoa(code)
 }
 
 func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) error {
@@ -231,7 +224,7 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	}
 	// The Job's activeDeadlineSeconds is the only clock: the Job controller then fails the Job
 	// with reason DeadlineExceeded, which is how a timeout is told from a failure.
-	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, waitSequenceLabel: seq, waitRevisionLabel: g.Revision}
+	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq, keys.WaitRevisionLabel: g.Revision}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: g.JobName, Namespace: g.JobNamespace, Labels: labels, OwnerReferences: owners,

@@ -22,9 +22,6 @@ import (
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
-// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
-const WaiterRBACLabel = keys.Domain + "/waiter-rbac"
-
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
 
@@ -92,7 +89,7 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 }
 
 func managedLabels() map[string]string {
-	return map[string]string{WaiterRBACLabel: "true", "app.kubernetes.io/managed-by": "wavegate"}
+	return map[string]string{keys.WaiterRBACLabel: "true", "app.kubernetes.io/managed-by": "wavegate"}
 }
 
 func policyRules(resources map[string]bool) []rbacv1.PolicyRule {
@@ -176,7 +173,7 @@ func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate f
 
 // prune deletes provisioned objects nothing needs any more.
 func (r *RBACReconciler) prune(ctx context.Context, want access) error {
-	sel := client.MatchingLabels{WaiterRBACLabel: "true"}
+	sel := client.MatchingLabels{keys.WaiterRBACLabel: "true"}
 	var sas corev1.ServiceAccountList
 	var roles rbacv1.RoleList
 	var bindings rbacv1.RoleBindingList

@@ -63,7 +63,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	src := &trackerSource{tracker: r.Tracker}
 	r.Tracker.OnChange = src.onChange
 	bySequenceLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if s, ok := o.GetLabels()[waitSequenceLabel]; ok {
+		if s, ok := o.GetLabels()[keys.WaitSequenceLabel]; ok {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: s}}}
 		}
 		return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -136,15 +135,6 @@ func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started me
 	j, err := r.clients.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
-	}
-	if code != 0 {
-		if j.Annotations == nil {
-			j.Annotations = map[string]string{}
-		}
-		j.Annotations[keys.Domain+"/exit-code"] = strconv.Itoa(code)
-		if j, err = r.clients.BatchV1().Jobs(job.Namespace).Update(ctx, j, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
 	}
 	j.Status.StartTime = &started
 	cond := func(t batchv1.JobConditionType, reason string) batchv1.JobCondition {
