@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -122,6 +123,13 @@ type Wavegate struct {
 	Members *members.Tracker
 	// Permissions says which kinds may carry the teardown finalizer.
 	Permissions *teardown.Permissions
+
+	namespaces *cachedNamespaces
+}
+
+// Ready reports whether everything admission reads from memory is loaded.
+func (w *Wavegate) Ready() bool {
+	return w.Policies.Synced() && w.Cleared.Synced() && w.Permissions.Ready() && w.namespaces.synced.Load()
 }
 
 // Setup adds wavegate's components to mgr.
@@ -139,7 +147,11 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 		return nil, fmt.Errorf("adding the permission review: %w", err)
 	}
 	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared, Permissions: perms})
-	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared})
+	namespaces := &cachedNamespaces{cache: mgr.GetCache()}
+	if err := mgr.Add(namespaces); err != nil {
+		return nil, fmt.Errorf("adding the namespace store: %w", err)
+	}
+	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared, Namespaces: namespaces})
 
 	tracker, err := newTracker(mgr, store)
 	if err != nil {
@@ -186,13 +198,21 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("adding the sequences readiness check: %w", err)
 	}
+	if err := mgr.AddReadyzCheck("namespaces", func(*http.Request) error {
+		if !namespaces.synced.Load() {
+			return errors.New("namespaces not loaded yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the namespaces readiness check: %w", err)
+	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, fmt.Errorf("adding the webhook readiness check: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return nil, fmt.Errorf("adding the webhook health check: %w", err)
 	}
-	return &Wavegate{Policies: store, Cleared: cleared, Members: tracker, Permissions: perms}, nil
+	return &Wavegate{Policies: store, Cleared: cleared, Members: tracker, Permissions: perms, namespaces: namespaces}, nil
 }
 
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
@@ -259,4 +279,40 @@ func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error)
 		Dynamic: dyn, Metadata: md, Discovery: disco,
 		GroupLabels: func() []string { return store.Index().GroupLabels() },
 	}, nil
+}
+
+// cachedNamespaces answers the DELETE check's "is this namespace being deleted?" from the
+// manager's Namespace cache, which it loads on every replica before the webhook is ready.
+type cachedNamespaces struct {
+	cache  cache.Cache
+	synced atomic.Bool
+}
+
+// NeedLeaderElection is false: every replica serves admission.
+func (n *cachedNamespaces) NeedLeaderElection() bool { return false }
+
+// Start loads the Namespace cache.
+func (n *cachedNamespaces) Start(ctx context.Context) error {
+	inf, err := n.cache.GetInformer(ctx, &corev1.Namespace{})
+	if err != nil {
+		return fmt.Errorf("watching namespaces: %w", err)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return errors.New("the Namespace cache did not sync")
+	}
+	n.synced.Store(true)
+	<-ctx.Done()
+	return nil
+}
+
+// Terminating reports whether a namespace is being deleted; unknown namespaces are not.
+func (n *cachedNamespaces) Terminating(name string) bool {
+	if !n.synced.Load() {
+		return false
+	}
+	ns := &corev1.Namespace{}
+	if err := n.cache.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+		return false
+	}
+	return ns.DeletionTimestamp != nil
 }

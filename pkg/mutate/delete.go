@@ -26,15 +26,32 @@ type LaterGroups interface {
 	Later(sequence string, order int32) (groups []string, remaining int32)
 }
 
-// DeleteServer refuses a *foreground* DELETE of a group member while later groups of its sequence
-// still have objects. Foreground deletion deletes the member's pods before the member, whatever
-// finalizers the member has, so the cleanup finalizer cannot keep an operator running for its
-// custom resources. Background deletion (kubectl's default, Helm, Flux, namespace deletion) is
-// never refused: the finalizer orders it. The check is pure: it reads Sequence status from memory.
+// NamespaceSource tells whether a namespace is being deleted, from memory.
+type NamespaceSource interface {
+	Terminating(namespace string) bool
+}
+
+// DeleteServer is the DELETE check of ordered teardown. It refuses, retryably (409 Conflict):
+//
+//   - a *foreground* DELETE of a group member while later groups of its sequence still have
+//     objects: foreground deletion deletes the member's pods before the member, whatever
+//     finalizers the member has, so the teardown finalizer cannot keep an operator running for its
+//     custom resources;
+//   - in a namespace that is being deleted, the DELETE of a running pod (or ReplicaSet) of a
+//     workload whose group is held: the namespace controller deletes every pod and ReplicaSet of
+//     the namespace directly, so the finalizer that keeps the Deployment object would not keep the
+//     operator's process. The namespace controller retries with back-off (at most 60 s apart).
+//
+// Background deletion elsewhere (kubectl's default, Helm, Flux) is never refused: the finalizer
+// orders it. The kubelet, eviction (its own subresource), node drain and rollouts are never
+// refused: only deletions in a terminating namespace are, and never those of pods that are
+// already terminating or those a node makes. The check is pure: it reads Sequence status and
+// namespaces from memory, and it fails open (failurePolicy Ignore).
 type DeleteServer struct {
-	Policies PolicySource
-	Later    LaterGroups
-	reviews  reviewReader
+	Policies   PolicySource
+	Later      LaterGroups
+	Namespaces NamespaceSource
+	reviews    reviewReader
 }
 
 // ServeHTTP implements http.Handler.
@@ -42,12 +59,16 @@ func (s *DeleteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.reviews.serve(w, r, s.review)
 }
 
+// heldWorkloads are the controllers whose pods (and, for a Deployment, ReplicaSets) teardown keeps
+// while their namespace is deleted: the shapes an operator ships as.
+var heldWorkloads = map[schema.GroupResource]map[string]bool{
+	{Resource: "pods"}:                       {"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true},
+	{Group: "apps", Resource: "replicasets"}: {"Deployment": true},
+}
+
 func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Response) {
 	uid := types.UID(req.GetStringBytes("uid"))
 	if string(req.GetStringBytes("operation")) != "DELETE" {
-		return uid, admission.Allowed("")
-	}
-	if policy := string(req.GetStringBytes("options", "propagationPolicy")); policy != "Foreground" {
 		return uid, admission.Allowed("")
 	}
 	old := req.Get("oldObject")
@@ -58,25 +79,54 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 	if idx == nil {
 		return uid, admission.Allowed("")
 	}
+	namespace := string(req.GetStringBytes("namespace"))
+	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
+	foreground := string(req.GetStringBytes("options", "propagationPolicy")) == string(metav1.DeletePropagationForeground)
+	owners, held := heldWorkloads[resource]
+	if !foreground && !held {
+		return uid, admission.Allowed("")
+	}
 	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
 	obj, err := decodeObject(old, gk)
 	if err != nil {
 		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the object to delete: %w", err))
 	}
-	res, errs := resolve.Resolve(resolve.Object{Namespace: string(req.GetStringBytes("namespace")), Labels: obj.Labels}, idx)
+	res, errs := resolve.Resolve(resolve.Object{Namespace: namespace, Labels: obj.Labels}, idx)
 	if res == nil || len(errs) > 0 || !teardownOrdered(res) {
 		return uid, admission.Allowed("")
+	}
+	if held && !foreground {
+		// Only the namespace's own teardown is refused: not a rollout, not the kubelet, not a pod
+		// that is already terminating, not a deletion outside a terminating namespace.
+		user := string(req.GetStringBytes("userInfo", "username"))
+		// The namespace controller deletes only in terminating namespaces: its identity (where
+		// kube-controller-manager uses per-controller credentials) needs no cache.
+		terminating := user == namespaceController || s.Namespaces != nil && s.Namespaces.Terminating(namespace)
+		if obj.Deleting || !owners[obj.ControllerKind] || !terminating || strings.HasPrefix(user, "system:node:") {
+			return uid, admission.Allowed("")
+		}
 	}
 	groups, remaining := s.Later.Later(res.Sequence, res.GroupOrder)
 	if remaining == 0 {
 		return uid, admission.Allowed("")
 	}
-	resp := admission.Denied(fmt.Sprintf(
-		"wavegate: group %q of sequence %q is deleted after group(s) %s (%d objects remain); a foreground deletion would stop "+
+	var msg string
+	if foreground {
+		msg = fmt.Sprintf("wavegate: group %q of sequence %q is deleted after group(s) %s (%d objects remain); a foreground deletion would stop "+
 			"its pods first. Retry once they are gone, or delete with --cascade=background (wavegate then holds it until they are gone)",
-		res.Group, res.Sequence, strings.Join(groups, ", "), remaining))
+			res.Group, res.Sequence, strings.Join(groups, ", "), remaining)
+	} else {
+		msg = fmt.Sprintf("wavegate: namespace %s is being deleted; this %s of group %q (%s %s) keeps running until group(s) %s of sequence %q "+
+			"are gone (%d objects remain), so that it can finalize them; the namespace's deletion retries by itself. "+
+			"See `kubectl get sequence`; `wavegate uninstall` stops all ordering",
+			namespace, gk.Kind, res.Group, obj.ControllerKind, obj.ControllerName, strings.Join(groups, ", "), res.Sequence, remaining)
+	}
+	resp := admission.Denied(msg)
 	resp.Result.Code, resp.Result.Reason = http.StatusConflict, metav1.StatusReasonConflict
 	return uid, resp
 }
+
+// namespaceController is the identity of kube-controller-manager's namespace controller.
+const namespaceController = "system:serviceaccount:kube-system:namespace-controller"
 
 var errNoRequest = errors.New("the AdmissionReview has no request")

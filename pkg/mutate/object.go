@@ -18,8 +18,9 @@ type partialObject struct {
 	// Finalizers holds metadata.finalizers; HasFinalizers is true when the list is present.
 	Finalizers    []string
 	HasFinalizers bool
-	// Controller is the UID of the object's controller, "" without one.
-	Controller string
+	// Controller is the UID of the object's controller, "" without one; ControllerKind and
+	// ControllerName its kind and name.
+	Controller, ControllerKind, ControllerName string
 	// HasGates is true when spec.schedulingGates is present; Gated when it holds wavegate's gate.
 	HasGates, Gated bool
 	// Template is the pod template of a workload, nil for other kinds.
@@ -71,6 +72,7 @@ func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error
 	for _, ref := range v.GetArray("metadata", "ownerReferences") {
 		if ref.GetBool("controller") {
 			o.Controller = string(ref.GetStringBytes("uid"))
+			o.ControllerKind, o.ControllerName = string(ref.GetStringBytes("kind")), string(ref.GetStringBytes("name"))
 		}
 	}
 	if gates := v.Get("spec", "schedulingGates"); gates != nil && gates.Type() == fastjson.TypeArray {

@@ -547,10 +547,30 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		}
 	}
 	meta.SetStatusCondition(&seqObj.Status.Conditions, cond)
+	holdCond := teardownCondition(td.holds)
+	if prevHold := meta.FindStatusCondition(before.Status.Conditions, ConditionTeardownHeld); holdCond.Status == metav1.ConditionTrue &&
+		(prevHold == nil || prevHold.Message != holdCond.Message) && r.Recorder != nil {
+		// The held objects' namespaces may be terminating and refuse Events: the cluster-scoped
+		// Sequence says it.
+		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeNormal, ReasonTeardownHeld, "Teardown", "%s", holdCond.Message)
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, holdCond)
 	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
 	}
 	return nil
+}
+
+// ConditionTeardownHeld is True while teardown holds a deleted member of the sequence.
+const ConditionTeardownHeld = "TeardownHeld"
+
+func teardownCondition(holds []string) metav1.Condition {
+	if len(holds) == 0 {
+		return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionFalse, Reason: "NothingHeld", Message: "no deleted member is held"}
+	}
+	holds = slices.Clone(holds)
+	sort.Strings(holds)
+	return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionTrue, Reason: ReasonTeardownHeld, Message: strings.Join(holds, "; ")}
 }
 
 // clearedTemplates returns the templates of an open group whose new pods start without a gate:

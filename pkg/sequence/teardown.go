@@ -41,6 +41,9 @@ type teardownResult struct {
 	terminating map[string]int32
 	held        map[string]int32
 	requeue     time.Duration
+	// holds says, per held object, what it waits for: it goes on the cluster-scoped Sequence,
+	// because a terminating namespace refuses new Events.
+	holds []string
 }
 
 type resolvedObject struct {
@@ -96,12 +99,15 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		if o.GetDeletionTimestamp() == nil {
 			continue
 		}
-		held, requeue, err := r.hold(ctx, seq, o, all, idx)
+		held, why, requeue, err := r.hold(ctx, seq, o, all, idx)
 		if err != nil {
 			return nil, err
 		}
 		if held {
 			out.held[o.res.Group]++
+			if why != "" {
+				out.holds = append(out.holds, fmt.Sprintf("%s %s (group %s) %s", o.Kind.GVK.Kind, klog.KObj(o), o.res.Group, why))
+			}
 			if requeue > 0 && (out.requeue == 0 || requeue < out.requeue) {
 				out.requeue = requeue
 			}
@@ -131,7 +137,7 @@ func (r *Reconciler) orderingOff(ctx context.Context, o resolvedObject) (string,
 }
 
 // hold decides whether a deleted member must wait, deleting its declared cleanup objects on the way.
-func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index) (bool, time.Duration, error) {
+func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index) (bool, string, time.Duration, error) {
 	var remaining []string
 	groups := map[string]int{}
 	for _, l := range all {
@@ -142,22 +148,22 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 	}
 	cleanupLeft, stuck, err := r.cleanup(ctx, o)
 	if err != nil {
-		return false, 0, err
+		return false, "", 0, err
 	}
 	if len(remaining) == 0 && cleanupLeft == 0 {
 		// Before letting go, confirm on a consistent read that no later object exists that the
 		// cache has not seen (created a moment ago, say).
 		fresh, err := r.Tracker.FreshMembers(ctx, seq, "")
 		if err != nil {
-			return false, 0, err
+			return false, "", 0, err
 		}
 		for _, f := range fresh {
 			res, errs := resolve.Resolve(resolve.Object{Namespace: nsOf(f.Kind, f), Labels: f.GetLabels()}, idx)
 			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
-				return true, time.Second, nil
+				return true, "", time.Second, nil
 			}
 		}
-		return false, 0, nil
+		return false, "", 0, nil
 	}
 	var parts []string
 	for _, g := range sortedKeys(groups) {
@@ -180,20 +186,20 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 		if cleanupLeft > 0 && requeue > 2*time.Second {
 			requeue = 2 * time.Second // cleanup objects are not watched
 		}
-		return true, requeue, nil
+		return true, msg, requeue, nil
 	}
 	r.event(o.Unstructured, corev1.EventTypeWarning, ReasonTeardownTimeout, "%s after %s", msg, timeout)
 	if force && len(stuck) > 0 {
 		for _, s := range stuck {
 			if err := r.forceFinalizers(ctx, s); err != nil {
-				return false, 0, err
+				return false, "", 0, err
 			}
 			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonFinalizersForced,
 				"removed the finalizers %v of %s/%s after %s (policy: forceRemoveFinalizers)", s.GetFinalizers(), s.GetNamespace(), s.GetName(), timeout)
 		}
-		return true, time.Second, nil // look again once the forced objects are gone
+		return true, msg, time.Second, nil // look again once the forced objects are gone
 	}
-	return true, 30 * time.Second, nil
+	return true, fmt.Sprintf("%s after its timeout of %s", msg, timeout), 30 * time.Second, nil
 }
 
 func nsOf(k members.Kind, o metav1.Object) string {
@@ -310,10 +316,19 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, o members.Object, why
 	return nil
 }
 
+// event records an Event on a member, unless its namespace is being deleted: the API server
+// refuses new content there (the Sequence's TeardownHeld condition and Events say it instead).
 func (r *Reconciler) event(o *unstructured.Unstructured, typ, reason, format string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(o, nil, typ, reason, "Teardown", format, args...)
+	if r.Recorder == nil {
+		return
 	}
+	if ns := o.GetNamespace(); ns != "" {
+		n := &corev1.Namespace{}
+		if err := r.Client.Get(context.Background(), client.ObjectKey{Name: ns}, n); err == nil && n.DeletionTimestamp != nil {
+			return
+		}
+	}
+	r.Recorder.Eventf(o, nil, typ, reason, "Teardown", format, args...)
 }
 
 func (r *Reconciler) now() time.Time {

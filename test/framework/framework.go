@@ -201,7 +201,7 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 			return false, nil
 		}
 		_ = conn.Close()
-		return wg.Policies.Synced() && wg.Cleared.Synced() && wg.Permissions.Ready(), nil
+		return wg.Ready(), nil
 	})
 	if err != nil {
 		m.Stop()

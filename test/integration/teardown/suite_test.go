@@ -5,6 +5,7 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -18,12 +19,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/test/framework"
 )
 
@@ -36,6 +41,8 @@ var (
 const (
 	timeout         = 20 * time.Second
 	widgetFinalizer = "example.com/cleanup"
+	// node is where the operator's pods run.
+	node = "node-0"
 )
 
 var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -43,11 +50,15 @@ var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", R
 func TestMain(m *testing.M) {
 	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
 		dyn = dynamic.NewForConfigOrDie(env.Config)
+		if err := env.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+			return err
+		}
 		return installWidgetCRD() // before the manager, so that it discovers Widgets at start
 	}, func() (func(), error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go runOperator(ctx)
 		go runGC(ctx)
+		go runKubelet(ctx)
 		return cancel, nil
 	}))
 }
@@ -76,9 +87,11 @@ func installWidgetCRD() error {
 	return fmt.Errorf("the Widget CRD was not served in time")
 }
 
-// runOperator is the stand-in operator: it removes a Widget's finalizer when the Widget is being
-// deleted, but only while one of its pods (label app=operator in the Widget's namespace) runs.
-// Without a running operator, a deleted Widget stays forever: the race wavegate prevents.
+// runOperator is the stand-in operator, as strict as a real one: it works only while one of its pods
+// (label app=operator, in the namespace the Widget names in example.com/operator-namespace, else
+// the Widget's own) is Running and not being deleted; a pod that is terminating is a process that
+// received SIGTERM. Then it removes a deleted Widget's finalizer. Without a working operator a
+// deleted Widget stays forever: the race wavegate prevents.
 func runOperator(ctx context.Context) {
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	for ctx.Err() == nil {
@@ -89,9 +102,12 @@ func runOperator(ctx context.Context) {
 					time.Since(w.GetDeletionTimestamp().Time) < 500*time.Millisecond {
 					continue // an operator takes a moment to clean up; wavegate's hold must be visible meanwhile
 				}
-				pods, err := cs.CoreV1().Pods(w.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
-				if err != nil || len(pods.Items) == 0 {
-					continue // the operator is gone: nobody finalizes this Widget
+				opNS := w.GetNamespace()
+				if v := w.GetAnnotations()[operatorNamespaceAnnotation]; v != "" {
+					opNS = v
+				}
+				if !operatorRunning(ctx, cs, opNS) {
+					continue // the operator is gone or stopping: nobody finalizes this Widget
 				}
 				fs := slices.DeleteFunc(slices.Clone(w.GetFinalizers()), func(f string) bool { return f == widgetFinalizer })
 				w.SetFinalizers(fs)
@@ -102,31 +118,93 @@ func runOperator(ctx context.Context) {
 	}
 }
 
-// runGC is the stand-in garbage collector for the operator's pods (envtest runs no
-// kube-controller-manager): background deletion deletes the pods once their Deployment is gone;
-// foreground deletion deletes them first, then lets the Deployment go.
+const operatorNamespaceAnnotation = "example.com/operator-namespace"
+
+// operatorRunning reports whether a pod of the operator runs: phase Running, no deletionTimestamp.
+func operatorRunning(ctx context.Context, cs kubernetes.Interface, ns string) bool {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
+	})
+}
+
+// runKubelet plays the kubelet of node: a pod that is being deleted stops at once (the operator
+// above already treats it as dead) and is removed from the API server a moment later.
+func runKubelet(ctx context.Context) {
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	for ctx.Err() == nil {
+		pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil {
+					continue
+				}
+				// deletionTimestamp is when the grace period ends; the deletion was asked for before.
+				asked := p.DeletionTimestamp.Add(-time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0)) * time.Second)
+				if time.Since(asked) > 100*time.Millisecond {
+					_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runGC is the stand-in garbage collector for the operator's ReplicaSets and pods (envtest runs no
+// kube-controller-manager). Background: a dependent is deleted once its owner is gone. Foreground:
+// an owner with the foregroundDeletion finalizer has its dependents deleted first and goes once
+// none is left.
 func runGC(ctx context.Context) {
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	for ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		owner := func(ns string, refs []metav1.OwnerReference, get func(ns, name string) (metav1.Object, error)) (gone, foreground bool) {
+			c := metav1.GetControllerOfNoCopy(&metav1.ObjectMeta{OwnerReferences: refs})
+			if c == nil {
+				return false, false
+			}
+			o, err := get(ns, c.Name)
+			if apierrors.IsNotFound(err) || err == nil && o.GetUID() != c.UID {
+				return true, false
+			}
+			return false, err == nil && o.GetDeletionTimestamp() != nil && slices.Contains(o.GetFinalizers(), metav1.FinalizerDeleteDependents)
+		}
+		getDeployment := func(ns, name string) (metav1.Object, error) {
+			return cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		getRS := func(ns, name string) (metav1.Object, error) {
+			return cs.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		rss, err := cs.AppsV1().ReplicaSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
+		if err != nil {
+			continue // the API server is going away at the end of the suite
+		}
+		for _, rs := range rss.Items {
+			if gone, fg := owner(rs.Namespace, rs.OwnerReferences, getDeployment); rs.DeletionTimestamp == nil && (gone || fg) {
+				_ = cs.AppsV1().ReplicaSets(rs.Namespace).Delete(ctx, rs.Name, metav1.DeleteOptions{})
+			}
+		}
 		pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app=operator"})
 		if err != nil {
-			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		for _, p := range pods.Items {
-			d, err := cs.AppsV1().Deployments(p.Namespace).Get(ctx, "operator", metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-			case err == nil && d.DeletionTimestamp != nil && slices.Contains(d.Finalizers, metav1.FinalizerDeleteDependents):
-				_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			gone, _ := owner(p.Namespace, p.OwnerReferences, getRS)
+			rs, err := cs.AppsV1().ReplicaSets(p.Namespace).Get(ctx, p.OwnerReferences[0].Name, metav1.GetOptions{})
+			if gone || err == nil && rs.DeletionTimestamp != nil {
+				_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
 			}
 		}
 		// Widgets have no dependents: foreground deletion has nothing to wait for.
 		ws, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			time.Sleep(50 * time.Millisecond)
-			continue // the API server is going away at the end of the suite
+			continue
 		}
 		for _, w := range ws.Items {
 			if w.GetDeletionTimestamp() != nil && slices.Contains(w.GetFinalizers(), metav1.FinalizerDeleteDependents) {
@@ -142,14 +220,77 @@ func runGC(ctx context.Context) {
 			if d.DeletionTimestamp == nil || !slices.Contains(d.Finalizers, metav1.FinalizerDeleteDependents) {
 				continue
 			}
-			left, _ := cs.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + d.Name})
-			if len(left.Items) == 0 {
+			left := 0
+			for _, rs := range rss.Items {
+				if rs.Namespace == d.Namespace && metav1.IsControlledBy(&rs, &d) {
+					left++
+				}
+			}
+			if left == 0 {
 				d.Finalizers = slices.DeleteFunc(d.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
 				_, _ = cs.AppsV1().Deployments(d.Namespace).Update(ctx, &d, metav1.UpdateOptions{})
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// deleteNamespace deletes a namespace the way kube-controller-manager's namespace controller does
+// (pkg/controller/namespace/deletion): after a grace period (5 s there, 1 s here), as the
+// namespace-controller service account, DeleteCollection with background propagation on *every*
+// namespaced resource, Pods and ReplicaSets included; on errors it retries with exponential
+// back-off; once nothing is left it finalizes the namespace.
+func deleteNamespace(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	g := NewWithT(t)
+	g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:kube-system:namespace-controller",
+		Groups: []string{"system:masters", "system:authenticated"}}
+	cfg.WarningHandler = rest.NoWarnings{}
+	md := metadata.NewForConfigOrDie(cfg)
+	kinds, err := members.DiscoverAll(discovery.NewDiscoveryClientForConfigOrDie(cfg), "deletecollection", "list")
+	g.Expect(err).NotTo(HaveOccurred())
+	time.Sleep(time.Second) // the namespace controller's grace period (5 s in kube-controller-manager)
+	backoff := 5 * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	var remaining []string
+	for time.Now().Before(deadline) {
+		failed, left := false, 0
+		remaining = remaining[:0]
+		for _, k := range kinds {
+			if !k.Namespaced {
+				continue
+			}
+			err = md.Resource(k.GVR).Namespace(ns).DeleteCollection(ctx,
+				metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}, metav1.ListOptions{})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+				failed = true
+			}
+			if list, err := md.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				left += len(list.Items)
+				for _, it := range list.Items {
+					remaining = append(remaining, fmt.Sprintf("%s %s %v deleting=%v err=%v", k.GVK.Kind, it.Name, it.Finalizers, it.DeletionTimestamp, err))
+				}
+			}
+		}
+		if left == 0 {
+			n := &corev1.Namespace{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+			n.Spec.Finalizers = nil
+			_, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			return
+		}
+		if failed {
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		time.Sleep(200 * time.Millisecond) // content remains (finalizers): look again
+	}
+	t.Fatalf("namespace %s still has content after %s: %v", ns, timeout, remaining)
 }
 
 type app struct {
@@ -169,8 +310,8 @@ func namespace(t *testing.T, optedIn bool) string {
 	return ns.Name
 }
 
-// install creates an operator (group operator) with a running pod and n Widgets (group instances)
-// carrying the operator's finalizer.
+// install creates an operator (group operator) as a Deployment whose ReplicaSet's pod runs on the
+// node, and n Widgets (group instances) carrying the operator's finalizer.
 func install(t *testing.T, ns string, n int, operatorAnnotations map[string]string) *app {
 	t.Helper()
 	g := NewWithT(t)
@@ -185,10 +326,28 @@ func install(t *testing.T, ns string, n int, operatorAnnotations map[string]stri
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "op", Image: "operator"}}}}},
 	}
 	g.Expect(env.Client.Create(ctx, a.operator)).To(Succeed())
-	a.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "operator-pod", Namespace: ns, Labels: a.operator.Spec.Template.Labels,
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "operator", UID: a.operator.UID}}},
+	// What the deployment controller would make: a ReplicaSet with the (mutated) template's labels.
+	labels := maps.Clone(a.operator.Spec.Template.Labels)
+	labels["pod-template-hash"] = "1"
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "operator-1", Namespace: ns, Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(a.operator, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: a.operator.Spec.Template.Spec}}}
+	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	a.pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "operator-1-pod", Namespace: ns, Labels: labels,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
 		Spec: a.operator.Spec.Template.Spec}
 	g.Expect(env.Client.Create(ctx, a.pod)).To(Succeed())
+	// The scheduler binds it once wavegate ungates it (its group is the first), the kubelet runs it.
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	g.Eventually(func() error {
+		return cs.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: a.pod.Name},
+			Target: corev1.ObjectReference{Kind: "Node", Name: node}}, metav1.CreateOptions{})
+	}).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.pod), a.pod)).To(Succeed())
+	a.pod.Status.Phase = corev1.PodRunning
+	a.pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	g.Expect(env.Client.Status().Update(ctx, a.pod)).To(Succeed())
 	for i := range n {
 		w := widget(ns, fmt.Sprintf("w%d", i), map[string]any{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"})
 		created, err := dyn.Resource(widgets).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -70,17 +71,43 @@ func TestBackgroundDeletionIsOrdered(t *testing.T) {
 	g.Expect(notes).To(ContainElement(HavePrefix(sequence.ReasonTeardownReleased)))
 }
 
-// TestNamespaceDeletion deletes the namespace and, as the namespace controller does, everything in
-// it at once with background propagation.
+// TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
+// collection at once, the operator's pods and ReplicaSet included. The strict operator works only
+// while its pod runs and is not terminating, so the Widgets are finalized only if wavegate keeps
+// the pod; the hold is explained on the cluster-scoped Sequence, since the namespace refuses Events.
 func TestNamespaceDeletion(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	a := install(t, namespace(t, true), 2, nil)
-	g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.ns}})).To(Succeed())
-	g.Expect(env.Client.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(a.ns), client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
-	g.Expect(dyn.Resource(widgets).Namespace(a.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(Succeed())
-	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
-	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+	sawHold := make(chan string, 1)
+	go func() {
+		defer close(sawHold)
+		for range 400 {
+			s := &wavev1.Sequence{}
+			if env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s) == nil {
+				if c := meta.FindStatusCondition(s.Status.Conditions, sequence.ConditionTeardownHeld); c != nil && c.Status == metav1.ConditionTrue {
+					sawHold <- c.Message
+					return
+				}
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+	}()
+	deleteNamespace(t, a.ns)
+	g.Expect(a.widgetsLeft(g)).To(BeZero())
+	g.Expect(a.operatorExists(g)).To(BeFalse())
+	g.Expect(<-sawHold).To(MatchRegexp(`^Deployment %s/operator \(group operator\) held until group instances is gone: \d objects remain$`, a.ns))
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.MatchingFields{"regarding.name": a.ns})).To(Succeed())
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Sequence" {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+		}
+		return notes
+	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(sequence.ReasonTeardownHeld + ": Deployment " + a.ns + "/operator")))
 }
 
 // TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
