@@ -1,7 +1,9 @@
-// Command widget-operator is a stand-in operator for wavegate's local cluster: it removes the
-// example.com/cleanup finalizer from deleted Widgets, but only while a pod of its Deployment
-// (label app=widget-operator in the Widget's namespace) exists. When the operator's pods are gone
-// first, Widgets stay stuck: the teardown race that wavegate's ordering prevents.
+// Command widget-operator is a stand-in operator for wavegate's local cluster, as strict as a real
+// one: it works (reports Widgets Ready, removes the example.com/cleanup finalizer from deleted
+// Widgets) only while one of its pods (label app=widget-operator, in the namespace the Widget names
+// in example.com/operator-namespace, else the Widget's own) is Running and not being deleted. A
+// real operator's process stops when its pod is deleted; so does this one's work. When the
+// operator's pods go first, Widgets stay stuck: the teardown race that wavegate's ordering prevents.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,6 +45,9 @@ func main() {
 		if err == nil {
 			for _, w := range list.Items {
 				if w.GetDeletionTimestamp() == nil {
+					if !running(ctx, cs, operatorNamespace(w)) {
+						continue
+					}
 					// Reconcile: report readiness, as a real operator would (wavegate does not call a
 					// custom resource without conditions ready).
 					if conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions"); len(conds) == 0 {
@@ -53,8 +59,7 @@ func main() {
 				if !slices.Contains(w.GetFinalizers(), finalizer) {
 					continue
 				}
-				pods, err := cs.CoreV1().Pods(w.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: "app=widget-operator"})
-				if err != nil || len(pods.Items) == 0 {
+				if !running(ctx, cs, operatorNamespace(w)) {
 					continue
 				}
 				w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == finalizer }))
@@ -65,4 +70,23 @@ func main() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// operatorNamespace is where the operator of a Widget runs.
+func operatorNamespace(w unstructured.Unstructured) string {
+	if ns := w.GetAnnotations()["example.com/operator-namespace"]; ns != "" {
+		return ns
+	}
+	return w.GetNamespace()
+}
+
+// running reports whether a pod of the operator is Running and not being deleted.
+func running(ctx context.Context, cs kubernetes.Interface, ns string) bool {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=widget-operator"})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
+	})
 }

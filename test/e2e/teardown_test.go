@@ -1,0 +1,152 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// operatorShapes are the workloads an operator ships as, with the fields each needs.
+var operatorShapes = map[string]string{
+	"Deployment":  "replicas: 1\n  selector: {matchLabels: {app: widget-operator}}",
+	"StatefulSet": "replicas: 1\n  serviceName: widget-operator\n  selector: {matchLabels: {app: widget-operator}}",
+	"DaemonSet":   "selector: {matchLabels: {app: widget-operator}}",
+}
+
+// operatorApp is an opted-in namespace with the operator (group operator, order 1) as the given
+// workload and n Widgets (group instances, order 2) carrying the finalizer only a running operator
+// removes.
+func operatorApp(ns, shape string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: apps/v1
+kind: %[2]s
+metadata:
+  name: widget-operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+spec:
+  %[3]s
+  template:
+    metadata: {labels: {app: widget-operator}}
+    spec:
+      containers: [{name: operator, image: example.com/widget-operator:1}]
+`, ns, shape, operatorShapes[shape])
+	for i := range n {
+		fmt.Fprintf(&b, `---
+apiVersion: example.com/v1
+kind: Widget
+metadata:
+  name: w%d
+  namespace: %s
+  labels: {wavegate.io/group: instances, wavegate.io/group-order: "2"}
+  finalizers: [example.com/cleanup]
+`, i, ns)
+	}
+	return b.String()
+}
+
+// applyYAML writes manifests to a file and applies them with kubectl.
+func applyYAML(t *testing.T, manifests string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "app.yaml")
+	if err := os.WriteFile(f, []byte(manifests), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "apply", "-f", f)
+	return f
+}
+
+// startWidgetOperator runs the strict stand-in operator for the test's duration.
+func startWidgetOperator(t *testing.T) {
+	t.Helper()
+	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", os.Getenv("KUBECONFIG"))
+	if err := op.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
+	run(t, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml"))
+	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
+}
+
+func waitReleased(t *testing.T, seq, summary string) {
+	t.Helper()
+	NewWithT(t).Eventually(func() string {
+		out, _ := exec.Command(kubectl, "get", "sequence", seq, "-o", "jsonpath={.status.summary}").Output()
+		return string(out)
+	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(summary), "sequence %s", seq)
+}
+
+// deleteNamespaceTimed deletes a namespace with kubectl and waits until it is gone; it returns how
+// long that took.
+func deleteNamespaceTimed(t *testing.T, ns string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=150s").CombinedOutput()
+	if err != nil {
+		left, _ := exec.Command(kubectl, "get", "all,widgets", "-n", ns, "-o", "wide").CombinedOutput()
+		seq, _ := exec.Command(kubectl, "get", "sequence", ns, "-o", "yaml").CombinedOutput()
+		t.Fatalf("namespace %s was not deleted: %v\n%s\nleft:\n%s\n%s", ns, err, out, left, seq)
+	}
+	return time.Since(start)
+}
+
+// TestNamespaceDeletionKeepsTheOperator deletes a namespace holding an operator (each workload
+// shape) and its custom resources with `kubectl delete namespace`: the real namespace controller
+// deletes every Pod, ReplicaSet, workload and Widget at once. The strict operator finalizes Widgets
+// only while one of its pods is Running and not terminating, so the namespace goes away only if
+// wavegate keeps the operator's pods until the Widgets are gone. The same namespace without Widgets
+// is the baseline.
+func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
+	startWidgetOperator(t)
+	for _, shape := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
+		t.Run(shape, func(t *testing.T) {
+			g := NewWithT(t)
+			ns := "td-" + strings.ToLower(shape)
+			applyYAML(t, operatorApp(ns, shape, 2))
+			waitReleased(t, ns, "instances 2/2 Released")
+			held := deleteNamespaceTimed(t, ns)
+
+			base := ns + "-baseline"
+			applyYAML(t, operatorApp(base, shape, 0))
+			waitReleased(t, base, "operator 1/1 Released")
+			plain := deleteNamespaceTimed(t, base)
+			t.Logf("namespace deletion with an operator %s and 2 Widgets: %s; without Widgets: %s", shape, held.Round(100*time.Millisecond), plain.Round(100*time.Millisecond))
+			list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
+		})
+	}
+}
+
+// TestNamespaceAndCRDDeletedTogether: one `kubectl delete` of the namespace and the Widget CRD (group
+// crds, order 0, joined to the namespace's sequence): the CRD's own cleanup deletes the Widgets, the
+// namespace controller deletes everything else; the operator outlives the Widgets, the CRD
+// outlives the operator, and nothing is stuck.
+func TestNamespaceAndCRDDeletedTogether(t *testing.T) {
+	startWidgetOperator(t)
+	g := NewWithT(t)
+	ns := "widgets"
+	applyYAML(t, operatorApp(ns, "Deployment", 2))
+	waitReleased(t, ns, "instances 2/2 Released")
+	out, err := exec.Command(kubectl, "delete", "namespace/"+ns, "crd/widgets.example.com", "--wait=true", "--timeout=150s").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	_, err = cs.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+	g.Expect(err).To(HaveOccurred(), "namespace %s is stuck", ns)
+}
