@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -146,11 +147,11 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(perms); err != nil {
 		return nil, fmt.Errorf("adding the permission review: %w", err)
 	}
-	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared, Permissions: perms})
-	namespaces := &cachedNamespaces{cache: mgr.GetCache()}
+	namespaces := &cachedNamespaces{cache: mgr.GetCache(), live: mgr.GetAPIReader()}
 	if err := mgr.Add(namespaces); err != nil {
 		return nil, fmt.Errorf("adding the namespace store: %w", err)
 	}
+	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared, Permissions: perms, Namespaces: namespaces})
 	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared, Namespaces: namespaces})
 
 	tracker, err := newTracker(mgr, store)
@@ -281,11 +282,29 @@ func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error)
 	}, nil
 }
 
-// cachedNamespaces answers the DELETE check's "is this namespace being deleted?" from the
-// manager's Namespace cache, which it loads on every replica before the webhook is ready.
+// cachedNamespaces answers admission's questions about namespaces (being deleted? which labels?)
+// from the manager's Namespace cache, which it loads on every replica before the webhook is ready.
+// A namespace created a moment ago (kubectl apply of a namespace and its objects in one command)
+// may not be cached yet: its labels are then read once from the API server.
 type cachedNamespaces struct {
 	cache  cache.Cache
+	live   client.Reader
 	synced atomic.Bool
+}
+
+// Labels returns a namespace's labels.
+func (n *cachedNamespaces) Labels(name string) (map[string]string, error) {
+	ns := &corev1.Namespace{}
+	err := n.cache.Get(context.Background(), client.ObjectKey{Name: name}, ns)
+	if apierrors.IsNotFound(err) || err == nil && !n.synced.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err = n.live.Get(ctx, client.ObjectKey{Name: name}, ns)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return ns.Labels, nil
 }
 
 // NeedLeaderElection is false: every replica serves admission.

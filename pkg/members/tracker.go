@@ -184,7 +184,7 @@ func selector(label string) string {
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
 	sel := selector(label)
 	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
-		cache.Indexers{SequenceIndex: sequenceIndex},
+		cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
 	_ = inf.SetTransform(strip)
 	notify := func(obj any) {
@@ -343,6 +343,26 @@ func IsMember(o metav1.Object) bool {
 	}
 	_, waitJob := o.GetLabels()[keys.WaitJobLabel]
 	return !waitJob
+}
+
+// SequencesIn returns the sequences that tracked objects of a namespace belong to: what to
+// reconcile when the namespace opts in or out.
+func (t *Tracker) SequencesIn(namespace string) []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	set := map[string]bool{}
+	for _, tr := range t.informers {
+		items, _ := tr.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+		for _, it := range items {
+			set[SequenceOf(it.(*unstructured.Unstructured))] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Kinds returns the tracked kinds.

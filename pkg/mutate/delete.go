@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
 
@@ -26,9 +27,13 @@ type LaterGroups interface {
 	Later(sequence string, order int32) (groups []string, remaining int32)
 }
 
-// NamespaceSource tells whether a namespace is being deleted, from memory.
+// NamespaceSource reads namespaces from memory.
 type NamespaceSource interface {
+	// Terminating reports whether a namespace is being deleted.
 	Terminating(namespace string) bool
+	// Labels returns a namespace's labels (policies and shared sequences select namespaces by
+	// them); an error when they cannot be known.
+	Labels(namespace string) (map[string]string, error)
 }
 
 // DeleteServer is the DELETE check of ordered teardown. It refuses, retryably (409 Conflict):
@@ -91,7 +96,11 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 	if err != nil {
 		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the object to delete: %w", err))
 	}
-	res, errs := resolve.Resolve(resolve.Object{Namespace: namespace, Labels: obj.Labels}, idx)
+	nsLabels, err := namespaceLabels(s.Namespaces, idx, namespace)
+	if err != nil {
+		return uid, admission.Allowed("") // fail open
+	}
+	res, errs := resolve.Resolve(resolve.Object{Namespace: namespace, NamespaceLabels: nsLabels, Labels: obj.Labels}, idx)
 	if res == nil || len(errs) > 0 || !teardownOrdered(res) {
 		return uid, admission.Allowed("")
 	}
@@ -128,5 +137,16 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 
 // namespaceController is the identity of kube-controller-manager's namespace controller.
 const namespaceController = "system:serviceaccount:kube-system:namespace-controller"
+
+// namespaceLabels returns the labels of a namespace when resolution needs them.
+func namespaceLabels(ns NamespaceSource, idx *policy.Index, namespace string) (map[string]string, error) {
+	if namespace == "" || !idx.NeedsNamespaceLabels() {
+		return nil, nil
+	}
+	if ns == nil {
+		return nil, errors.New("no namespace source")
+	}
+	return ns.Labels(namespace)
+}
 
 var errNoRequest = errors.New("the AdmissionReview has no request")

@@ -25,6 +25,8 @@ type terminating map[string]bool
 
 func (t terminating) Terminating(ns string) bool { return t[ns] }
 
+func (t terminating) Labels(string) (map[string]string, error) { return nil, nil }
+
 func TestDeleteCheck(t *testing.T) {
 	const (
 		operatorPod = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1","app":"op"},` +

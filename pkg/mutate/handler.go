@@ -50,6 +50,8 @@ type Request struct {
 	// Resource is the request's resource (group and plural name).
 	Resource  schema.GroupResource
 	Namespace string
+	// NamespaceLabels are the labels of Namespace, when resolution needs them.
+	NamespaceLabels map[string]string
 	// Permissions is consulted before adding the teardown finalizer; nil adds none.
 	Permissions PermissionSource
 	// Create is true for CREATE: scheduling gates can only be added when a pod is created.
@@ -78,7 +80,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		// Pods are not members either, but they are gated.
 		return admission.Allowed("derived objects are not group members")
 	}
-	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, Labels: obj.Labels}, idx)
+	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, NamespaceLabels: req.NamespaceLabels, Labels: obj.Labels}, idx)
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		if req.GroupKind == podGroupKind {

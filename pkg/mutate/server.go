@@ -31,6 +31,8 @@ type Server struct {
 	Gates GateSource
 	// Permissions tells which kinds may carry the teardown finalizer; nil adds none.
 	Permissions PermissionSource
+	// Namespaces gives namespace labels where policies select namespaces.
+	Namespaces NamespaceSource
 
 	reviews reviewReader
 }
@@ -178,8 +180,12 @@ func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
 		}
 	}
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
-	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, Create: op == string(admissionv1.Create),
-		OldLabels: oldLabels, Gates: s.Gates, Permissions: s.Permissions}, idx)
+	nsLabels, err := namespaceLabels(s.Namespaces, idx, namespace)
+	if err != nil {
+		return uid, admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
+	}
+	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, NamespaceLabels: nsLabels,
+		Create: op == string(admissionv1.Create), OldLabels: oldLabels, Gates: s.Gates, Permissions: s.Permissions}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}

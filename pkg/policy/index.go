@@ -7,7 +7,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
@@ -33,35 +37,99 @@ type Group struct {
 
 // Index is the compiled, read-only view of every WavePolicy. The zero value (and nil) is an index
 // without policies: groups take their order from labels.
+//
+// Policies may select namespaces. The index returned by Compile answers for objects whose
+// namespace's labels are not at hand (the policies without a selector) and knows every group label;
+// For returns the view of the policies that apply to one namespace (or, for a cluster-scoped
+// object, to the sequence it joins), compiled once and cached.
 type Index struct {
-	readiness    map[string]wavev1.Readiness
-	checkers     map[string]*readiness.Checker
 	groupLabels  []string
 	groups       map[string]Group
 	conflicts    map[string]string
 	requireKnown []string
+
+	// root is the index Compile returned; views point to it.
+	root *Index
+	// The rest is set on the root only.
+	policies  []scopedPolicy
+	scoped    bool // some policy has a namespace selector
+	sequences map[string][]declaration
+	allLabels []string
+	// allCheckers and allReadiness hold every policy's readiness, by policy name.
+	allCheckers  map[string]*readiness.Checker
+	allReadiness map[string]wavev1.Readiness
+	views        sync.Map // view key -> *Index
+}
+
+type scopedPolicy struct {
+	policy   *wavev1.WavePolicy
+	selector labels.Selector // nil: every namespace
+}
+
+type declaration struct {
+	policy        string
+	selector      labels.Selector // nil: no other namespace
+	clusterScoped bool
 }
 
 // Compile builds an Index. Policies are read in name order so that the result does not depend on
-// list order. A group that two policies define with different orders is recorded as a conflict:
-// members of that group are denied until the policies agree.
+// list order. A group that two policies applying to the same namespace define with different orders
+// is recorded as a conflict: members of that group there are denied until the policies agree.
 func Compile(policies []wavev1.WavePolicy) *Index {
 	sorted := slices.Clone(policies)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
-
-	idx := &Index{groups: map[string]Group{}, conflicts: map[string]string{}, readiness: map[string]wavev1.Readiness{},
-		checkers: map[string]*readiness.Checker{}}
+	root := &Index{sequences: map[string][]declaration{}, allCheckers: map[string]*readiness.Checker{}, allReadiness: map[string]wavev1.Readiness{}}
+	var unscoped []*wavev1.WavePolicy
 	for i := range sorted {
 		p := &sorted[i]
 		if p.DeletionTimestamp != nil {
 			continue
 		}
+		sp := scopedPolicy{policy: p}
+		if p.Spec.NamespaceSelector != nil {
+			sp.selector = selector(p.Spec.NamespaceSelector)
+			root.scoped = true
+		} else {
+			unscoped = append(unscoped, p)
+		}
+		root.policies = append(root.policies, sp)
+		root.allReadiness[p.Name] = p.Spec.Readiness
+		if c, err := readiness.NewChecker(p.Spec.Readiness); err == nil {
+			root.allCheckers[p.Name] = c
+		}
+		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && !slices.Contains(root.allLabels, l) {
+			root.allLabels = append(root.allLabels, l)
+		}
+		for _, sq := range p.Spec.Sequences {
+			d := declaration{policy: p.Name, clusterScoped: sq.ClusterScoped}
+			if sq.NamespaceSelector != nil {
+				d.selector = selector(sq.NamespaceSelector)
+			}
+			root.sequences[sq.Name] = append(root.sequences[sq.Name], d)
+		}
+	}
+	root.compile(unscoped)
+	root.groupLabels = root.allLabels
+	root.root = root
+	return root
+}
+
+// selector converts a label selector; one that does not parse selects nothing (the policy's status
+// says why).
+func selector(ls *metav1.LabelSelector) labels.Selector {
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return labels.Nothing()
+	}
+	return sel
+}
+
+// compile fills the view's groups, labels, readiness and conflicts from policies, in name order.
+func (idx *Index) compile(policies []*wavev1.WavePolicy) {
+	idx.groups, idx.conflicts = map[string]Group{}, map[string]string{}
+	for _, p := range policies {
 		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && !slices.Contains(idx.groupLabels, l) {
 			idx.groupLabels = append(idx.groupLabels, l)
-		}
-		idx.readiness[p.Name] = p.Spec.Readiness
-		if c, err := readiness.NewChecker(p.Spec.Readiness); err == nil {
-			idx.checkers[p.Name] = c
 		}
 		if p.Spec.RequireKnownGroups {
 			idx.requireKnown = append(idx.requireKnown, p.Name)
@@ -78,7 +146,97 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 			}
 		}
 	}
-	return idx
+}
+
+// For returns the view of the policies that apply to an object: for a namespaced object those
+// that select its namespace (nsLabels are the namespace's labels), for a cluster-scoped one
+// (namespace "") those without a selector and those that declare the sequence it joins.
+func (i *Index) For(namespace string, nsLabels map[string]string, sequence string) *Index {
+	if i == nil {
+		return nil
+	}
+	root := i.root
+	if root == nil {
+		return i
+	}
+	if !root.scoped && (namespace != "" || len(root.sequences[sequence]) == 0) {
+		return root
+	}
+	var key string
+	if namespace != "" {
+		key = "ns\x00" + labels.Set(nsLabels).String()
+	} else {
+		key = "cluster\x00" + sequence
+	}
+	if v, ok := root.views.Load(key); ok {
+		return v.(*Index)
+	}
+	var apply []*wavev1.WavePolicy
+	for _, sp := range root.policies {
+		switch {
+		case sp.selector == nil:
+		case namespace != "" && sp.selector.Matches(labels.Set(nsLabels)):
+		case namespace == "" && slices.ContainsFunc(root.sequences[sequence], func(d declaration) bool { return d.policy == sp.policy.Name }):
+		default:
+			continue
+		}
+		apply = append(apply, sp.policy)
+	}
+	v := &Index{root: root}
+	v.compile(apply)
+	actual, _ := root.views.LoadOrStore(key, v)
+	return actual.(*Index)
+}
+
+// NeedsNamespaceLabels reports whether resolution depends on namespace labels: some policy or
+// shared sequence selects namespaces.
+func (i *Index) NeedsNamespaceLabels() bool {
+	if i == nil || i.root == nil {
+		return false
+	}
+	if i.root.scoped {
+		return true
+	}
+	for _, ds := range i.root.sequences {
+		for _, d := range ds {
+			if d.selector != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// MayJoin reports whether an object may join a sequence: a namespaced object its own namespace's
+// sequences (the namespace's name or <namespace>.<name>) and the shared sequences whose declaration
+// selects its namespace; a cluster-scoped object (namespace "") only shared sequences declared with
+// clusterScoped.
+func (i *Index) MayJoin(sequence, namespace string, nsLabels map[string]string) bool {
+	if namespace != "" && (sequence == namespace || strings.HasPrefix(sequence, namespace+".")) {
+		return true
+	}
+	if i == nil || i.root == nil {
+		return false
+	}
+	for _, d := range i.root.sequences[sequence] {
+		if namespace == "" && d.clusterScoped || namespace != "" && d.selector != nil && d.selector.Matches(labels.Set(nsLabels)) {
+			return true
+		}
+	}
+	return false
+}
+
+// AppliesTo reports whether the named policy applies to a namespace with these labels.
+func (i *Index) AppliesTo(policyName string, nsLabels map[string]string) bool {
+	if i == nil || i.root == nil {
+		return false
+	}
+	for _, sp := range i.root.policies {
+		if sp.policy.Name == policyName {
+			return sp.selector == nil || sp.selector.Matches(labels.Set(nsLabels))
+		}
+	}
+	return false
 }
 
 func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
@@ -112,7 +270,9 @@ func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
 	return out
 }
 
-// GroupLabels returns the label keys that carry an object's group, wavegate.io/group first.
+// GroupLabels returns the label keys that carry an object's group, wavegate.io/group first: on
+// the index Compile returned, those of every policy (what informers and webhook entries select);
+// on a view, those of its policies.
 func (i *Index) GroupLabels() []string {
 	if i == nil {
 		return []string{keys.GroupLabel}
@@ -165,10 +325,10 @@ func (i *Index) Groups() []Group {
 
 // Readiness returns the readiness settings of a policy.
 func (i *Index) Readiness(policyName string) wavev1.Readiness {
-	if i == nil {
+	if i == nil || i.root == nil {
 		return wavev1.Readiness{}
 	}
-	return i.readiness[policyName]
+	return i.root.allReadiness[policyName]
 }
 
 // defaultChecker judges members of groups no policy defines.
@@ -177,8 +337,8 @@ var defaultChecker, _ = readiness.NewChecker(wavev1.Readiness{})
 // Checker returns the compiled readiness checker of a policy ("" or an unknown policy, or one
 // whose rules do not compile: the default checker).
 func (i *Index) Checker(policyName string) *readiness.Checker {
-	if i != nil {
-		if c, ok := i.checkers[policyName]; ok {
+	if i != nil && i.root != nil {
+		if c, ok := i.root.allCheckers[policyName]; ok {
 			return c
 		}
 	}

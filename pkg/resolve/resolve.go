@@ -17,7 +17,10 @@ import (
 type Object struct {
 	// Namespace is empty for cluster-scoped objects.
 	Namespace string
-	Labels    map[string]string
+	// NamespaceLabels are the labels of the object's namespace: policies and shared sequences
+	// select namespaces by them. Needed only when idx.NeedsNamespaceLabels().
+	NamespaceLabels map[string]string
+	Labels          map[string]string
 }
 
 // Resolution is what wavegate derived for a group member.
@@ -43,7 +46,18 @@ var labelsPath = field.NewPath("metadata", "labels")
 
 // Resolve returns the resolution of obj, nil when obj is not a group member, or the errors that
 // make its labels unusable. Each error names the label and says how to fix it.
+//
+// A namespaced object may join only its own namespace's sequences (the namespace's name, or
+// <namespace>.<name>) and the shared sequences a WavePolicy declares for its namespace; a
+// cluster-scoped object only shared sequences declared with clusterScoped. Anything else is an
+// error: no tenant can gate or hold another namespace's sequence.
 func Resolve(obj Object, idx *policy.Index) (*Resolution, field.ErrorList) {
+	seq, hasSeq := obj.Labels[keys.SequenceLabel]
+	if !hasSeq {
+		seq = obj.Namespace
+	}
+	root := idx
+	idx = idx.For(obj.Namespace, obj.NamespaceLabels, seq)
 	groupLabel, group, found := groupOf(obj.Labels, idx)
 	if !found {
 		return nil, nil
@@ -68,17 +82,21 @@ func Resolve(obj Object, idx *policy.Index) (*Resolution, field.ErrorList) {
 		res.Order = n
 	}
 
-	res.Sequence = obj.Namespace
-	if v, ok := obj.Labels[keys.SequenceLabel]; ok {
-		if v == "" {
-			errs = append(errs, field.Required(labelsPath.Key(keys.SequenceLabel),
-				"the sequence must not be empty: name a sequence or remove the label to use the namespace's sequence"))
-		}
-		res.Sequence = v
-	} else if obj.Namespace == "" {
-		errs = append(errs, field.Required(labelsPath.Key(keys.SequenceLabel),
-			"a cluster-scoped object must name the sequence it joins: add the label "+keys.SequenceLabel+
-				" (for example the namespace whose sequence it belongs to)"))
+	res.Sequence = seq
+	sp := labelsPath.Key(keys.SequenceLabel)
+	switch {
+	case hasSeq && seq == "":
+		errs = append(errs, field.Required(sp, "the sequence must not be empty: name a sequence or remove the label to use the namespace's sequence"))
+	case !hasSeq && obj.Namespace == "":
+		errs = append(errs, field.Required(sp, "a cluster-scoped object must name the sequence it joins: add the label "+keys.SequenceLabel+
+			" with a sequence that a WavePolicy declares in spec.sequences with clusterScoped: true"))
+	case obj.Namespace == "" && !root.MayJoin(seq, "", nil):
+		errs = append(errs, field.Forbidden(sp, fmt.Sprintf("a cluster-scoped object may join only a sequence that a WavePolicy declares "+
+			"for cluster-scoped members: ask a platform team to add {name: %s, clusterScoped: true} to a WavePolicy's spec.sequences", seq)))
+	case obj.Namespace != "" && !root.MayJoin(seq, obj.Namespace, obj.NamespaceLabels):
+		errs = append(errs, field.Forbidden(sp, fmt.Sprintf("namespace %s may join only its own sequences (%s, or %s.<name>) and shared sequences "+
+			"a platform team declares for it: a WavePolicy's spec.sequences entry {name: %s} whose namespaceSelector selects namespace %s",
+			obj.Namespace, obj.Namespace, obj.Namespace, seq, obj.Namespace)))
 	}
 
 	order, err := groupOrder(obj.Labels, group, idx)

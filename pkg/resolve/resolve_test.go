@@ -32,6 +32,19 @@ func TestResolve(t *testing.T) {
 		wp("a", wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}}),
 		wp("b", wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "database", Order: 2}}}),
 	)
+	shared := policies(wp("platform", wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{
+		{Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "platform"}}, ClusterScoped: true},
+		{Name: "apps-only", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "platform"}}},
+	}}))
+	perTeam := policies(
+		wp("team-a", wavev1.WavePolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+			Groups: []wavev1.GroupSpec{{Name: "web", Order: 5}}}),
+		wp("team-b", wavev1.WavePolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"b"}}}},
+			Groups: []wavev1.GroupSpec{{Name: "web", Order: 9}}}),
+		wp("team-b-too", wavev1.WavePolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"also": "b"}},
+			Groups: []wavev1.GroupSpec{{Name: "web", Order: 9}}}),
+	)
 	cases := map[string]struct {
 		obj     Object
 		idx     *policy.Index
@@ -64,13 +77,71 @@ func TestResolve(t *testing.T) {
 			idx:  shop,
 			want: &Resolution{Sequence: "shop", Group: "database", GroupOrder: 1, Wave: 100, GroupLabel: keys.GroupLabel},
 		},
-		"named sequence": {
-			obj:  Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1", keys.SequenceLabel: "gpu"}},
-			want: &Resolution{Sequence: "gpu", Group: "db", GroupOrder: 1, Wave: 100, GroupLabel: keys.GroupLabel},
+		"an independent sequence of the namespace": {
+			obj:  Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1", keys.SequenceLabel: "shop.gpu"}},
+			want: &Resolution{Sequence: "shop.gpu", Group: "db", GroupOrder: 1, Wave: 100, GroupLabel: keys.GroupLabel},
 		},
-		"cluster-scoped object joining a sequence": {
-			obj:  Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0", keys.SequenceLabel: "gpu"}},
-			want: &Resolution{Sequence: "gpu", Group: "crds", GroupLabel: keys.GroupLabel},
+		"the namespace's own sequence named explicitly": {
+			obj:  Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1", keys.SequenceLabel: "shop"}},
+			want: &Resolution{Sequence: "shop", Group: "db", GroupOrder: 1, Wave: 100, GroupLabel: keys.GroupLabel},
+		},
+		"capture: another namespace's sequence": {
+			obj:     Object{Namespace: "tenant", Labels: map[string]string{keys.GroupLabel: "zzz", keys.GroupOrderLabel: "0", keys.SequenceLabel: "victim"}},
+			wantErr: "metadata.labels[wavegate.io/sequence]: Forbidden: namespace tenant may join only its own sequences (tenant, or tenant.<name>)",
+		},
+		"capture: a prefix is not a namespace": {
+			obj:     Object{Namespace: "vic", Labels: map[string]string{keys.GroupLabel: "zzz", keys.GroupOrderLabel: "0", keys.SequenceLabel: "victim"}},
+			wantErr: "Forbidden: namespace vic may join only its own sequences",
+		},
+		"capture: another namespace's independent sequence": {
+			obj:     Object{Namespace: "tenant", Labels: map[string]string{keys.GroupLabel: "zzz", keys.GroupOrderLabel: "0", keys.SequenceLabel: "victim.gpu"}},
+			wantErr: "Forbidden: namespace tenant may join only its own sequences",
+		},
+		"a declared shared sequence, namespace selected": {
+			obj: Object{Namespace: "apps", NamespaceLabels: map[string]string{"team": "platform"},
+				Labels: map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "2", keys.SequenceLabel: "platform"}},
+			idx:  shared,
+			want: &Resolution{Sequence: "platform", Group: "web", GroupOrder: 2, Wave: 200, GroupLabel: keys.GroupLabel},
+		},
+		"a declared shared sequence, namespace not selected": {
+			obj: Object{Namespace: "tenant", NamespaceLabels: map[string]string{"team": "other"},
+				Labels: map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "2", keys.SequenceLabel: "platform"}},
+			idx:     shared,
+			wantErr: "a WavePolicy's spec.sequences entry {name: platform} whose namespaceSelector selects namespace tenant",
+		},
+		"cluster-scoped object joining a declared sequence": {
+			obj:  Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0", keys.SequenceLabel: "platform"}},
+			idx:  shared,
+			want: &Resolution{Sequence: "platform", Group: "crds", GroupLabel: keys.GroupLabel},
+		},
+		"cluster-scoped object joining a namespace's sequence nobody declared": {
+			obj:     Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0", keys.SequenceLabel: "victim"}},
+			wantErr: "a cluster-scoped object may join only a sequence that a WavePolicy declares for cluster-scoped members",
+		},
+		"cluster-scoped object joining a sequence declared for namespaces only": {
+			obj:     Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0", keys.SequenceLabel: "apps-only"}},
+			idx:     shared,
+			wantErr: "add {name: apps-only, clusterScoped: true}",
+		},
+		"a policy applies only to the namespaces it selects": {
+			obj:  Object{Namespace: "team-a", NamespaceLabels: map[string]string{"team": "a"}, Labels: map[string]string{keys.GroupLabel: "web"}},
+			idx:  perTeam,
+			want: &Resolution{Sequence: "team-a", Group: "web", GroupOrder: 5, Wave: 500, GroupLabel: keys.GroupLabel},
+		},
+		"another team, another order for the same group": {
+			obj:  Object{Namespace: "team-b", NamespaceLabels: map[string]string{"team": "b"}, Labels: map[string]string{keys.GroupLabel: "web"}},
+			idx:  perTeam,
+			want: &Resolution{Sequence: "team-b", Group: "web", GroupOrder: 9, Wave: 900, GroupLabel: keys.GroupLabel},
+		},
+		"a namespace no policy selects": {
+			obj:     Object{Namespace: "team-c", NamespaceLabels: map[string]string{"team": "c"}, Labels: map[string]string{keys.GroupLabel: "web"}},
+			idx:     perTeam,
+			wantErr: `group "web" has no order`,
+		},
+		"policies selecting the same namespace conflict": {
+			obj:     Object{Namespace: "both", NamespaceLabels: map[string]string{"team": "a", "also": "b"}, Labels: map[string]string{keys.GroupLabel: "web"}},
+			idx:     perTeam,
+			wantErr: `WavePolicies "team-a" and "team-b-too" define group "web" with orders 5 and 9`,
 		},
 		"cluster-scoped object without a sequence": {
 			obj:     Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0"}},

@@ -82,16 +82,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	objs := r.Tracker.Members(seq)
+	// wavegate acts only in opted-in namespaces: what it holds elsewhere (a namespace opted out) is
+	// released, and what it created there goes with the plan that no longer names it.
+	sc := newScope(r.Client, r.Namespace)
+	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
+	if err := r.releaseOutside(ctx, seq, outside, sc); err != nil {
+		return ctrl.Result{}, err
+	}
 	ms := make([]Member, 0, len(objs))
 	for _, o := range objs {
-		if m, ok := toMember(o.Kind, o.Unstructured, idx); ok {
+		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.labels(ctx, o.GetNamespace())); ok {
 			m.Ready = ptr.To(checker(idx, m).Check(o.Unstructured))
 			ms = append(ms, m)
 		}
 	}
 	plan := Plan(seq, ms, idx, jobStates(jobs), r.Namespace)
-	td, err := r.teardown(ctx, seq, objs, idx)
+	td, err := r.teardown(ctx, seq, objs, idx, sc)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -106,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
-	fresh := &freshView{r: r, seq: seq, idx: idx}
+	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	for _, g := range plan {
 		// A group whose members are being deleted gets no new wait Job: its revision is not final.
 		if g.Open && g.JobName != "" && g.JobState == JobMissing && td.terminating[g.Name] == 0 {
@@ -140,12 +146,12 @@ func checker(idx *policy.Index, m Member) *readiness.Checker {
 	return idx.Checker("")
 }
 
-func toMember(k members.Kind, o metav1.Object, idx *policy.Index) (Member, bool) {
+func toMember(k members.Kind, o metav1.Object, idx *policy.Index, nsLabels map[string]string) (Member, bool) {
 	ns := o.GetNamespace()
 	if !k.Namespaced {
 		ns = ""
 	}
-	res, errs := resolve.Resolve(resolve.Object{Namespace: ns, Labels: o.GetLabels()}, idx)
+	res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
 	if res == nil || len(errs) > 0 || o.GetDeletionTimestamp() != nil {
 		return Member{}, false
 	}
@@ -299,10 +305,11 @@ type ungated struct {
 // freshView plans a sequence on a consistent read of its members from the API server, once per
 // reconcile and only when a decision needs it.
 type freshView struct {
-	r    *Reconciler
-	seq  string
-	idx  *policy.Index
-	plan map[string]bool
+	r     *Reconciler
+	seq   string
+	idx   *policy.Index
+	scope *scope
+	plan  map[string]bool
 }
 
 func (f *freshView) open(ctx context.Context, group string) (bool, error) {
@@ -317,7 +324,10 @@ func (f *freshView) open(ctx context.Context, group string) (bool, error) {
 		}
 		ms := make([]Member, 0, len(objs))
 		for _, o := range objs {
-			if m, ok := toMember(o.Kind, o, f.idx); ok {
+			if !f.scope.optedIn(ctx, nsOf(o.Kind, o)) {
+				continue
+			}
+			if m, ok := toMember(o.Kind, o, f.idx, f.scope.labels(ctx, o.GetNamespace())); ok {
 				ms = append(ms, m)
 			}
 		}
@@ -374,6 +384,30 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, fres
 		}
 	}
 	return out, nil
+}
+
+// releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
+// the teardown finalizers of members and the scheduling gates of pods.
+func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []members.Object, sc *scope) error {
+	for _, o := range outside {
+		if hasFinalizer(o) {
+			if err := r.releaseFinalizer(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
+				return err
+			}
+		}
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp == nil && !sc.optedIn(ctx, p.Namespace) {
+			if err := r.removeGate(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func hasGate(p *corev1.Pod) bool {

@@ -74,7 +74,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	bySequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*wavev1.Sequence).Spec.Sequence}}}
 	})
-	allSequences := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+	sequencesOf := func(ctx context.Context) []reconcile.Request {
 		var list wavev1.SequenceList
 		if err := r.Client.List(ctx, &list); err != nil {
 			return nil
@@ -84,6 +84,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: s.Spec.Sequence}})
 		}
 		return out
+	}
+	allSequences := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return sequencesOf(ctx)
 	})
 	gatedPods := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		p, ok := o.(*corev1.Pod)
@@ -96,7 +99,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPods)).
 		Watches(&wavev1.Sequence{}, bySequence, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&wavev1.WavePolicy{}, allSequences).
-		// A namespace that opts in or out changes what teardown may hold.
-		Watches(&corev1.Namespace{}, allSequences, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// A namespace that opts in or out, or whose labels change what policies and shared sequences
+		// select, changes what wavegate acts on: its own sequences and every reported one.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			reqs := sequencesOf(ctx)
+			for _, s := range r.Tracker.SequencesIn(o.GetName()) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: s}})
+			}
+			return reqs
+		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }

@@ -54,7 +54,7 @@ type resolvedObject struct {
 // teardown holds deleted members until every member of every later group of the sequence is gone
 // from the API server, then removes wavegate's finalizer. It also releases the finalizer wherever
 // ordering no longer applies: the namespace opted out, or the policy turned teardown off.
-func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index) (*teardownResult, error) {
+func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc *scope) (*teardownResult, error) {
 	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}}
 	// Only members carry the finalizer; one on anything else (made by an older wavegate, say) is
 	// released at once, never left for nobody to remove.
@@ -71,7 +71,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		if !o.Kind.Namespaced {
 			ns = ""
 		}
-		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, Labels: o.GetLabels()}, idx)
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.labels(ctx, ns), Labels: o.GetLabels()}, idx)
 		if res == nil || len(errs) > 0 {
 			if hasFinalizer(o) {
 				// Labels that no longer resolve cannot be ordered: never strand the object.
@@ -99,7 +99,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		if o.GetDeletionTimestamp() == nil {
 			continue
 		}
-		held, why, requeue, err := r.hold(ctx, seq, o, all, idx)
+		held, why, requeue, err := r.hold(ctx, seq, o, all, idx, sc)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +137,7 @@ func (r *Reconciler) orderingOff(ctx context.Context, o resolvedObject) (string,
 }
 
 // hold decides whether a deleted member must wait, deleting its declared cleanup objects on the way.
-func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index) (bool, string, time.Duration, error) {
+func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index, sc *scope) (bool, string, time.Duration, error) {
 	var remaining []string
 	groups := map[string]int{}
 	for _, l := range all {
@@ -158,7 +158,11 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 			return false, "", 0, err
 		}
 		for _, f := range fresh {
-			res, errs := resolve.Resolve(resolve.Object{Namespace: nsOf(f.Kind, f), Labels: f.GetLabels()}, idx)
+			ns := nsOf(f.Kind, f)
+			if !sc.optedIn(ctx, ns) {
+				continue
+			}
+			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.labels(ctx, ns), Labels: f.GetLabels()}, idx)
 			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
 				return true, "", time.Second, nil
 			}

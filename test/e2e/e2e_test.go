@@ -190,8 +190,7 @@ func installWidgets(t *testing.T) {
 	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", os.Getenv("KUBECONFIG"))
 	g.Expect(op.Start()).To(Succeed())
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
-	run(t, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml"))
-	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
+	applyWidgetCRD(t)
 	run(t, "apply", "-f", filepath.Join(example("widgets"), "app.yaml"))
 	g.Eventually(func() string {
 		out, _ := exec.Command(kubectl, "get", "sequence", "widgets", "-o", "jsonpath={.status.summary}").Output()

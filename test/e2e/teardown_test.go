@@ -81,7 +81,17 @@ func startWidgetOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
-	run(t, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml"))
+	applyWidgetCRD(t)
+}
+
+// applyWidgetCRD applies the policy that lets the Widget CRD join sequence widgets, then the CRD,
+// retrying until the webhook has loaded the policy.
+func applyWidgetCRD(t *testing.T) {
+	t.Helper()
+	run(t, "apply", "-f", filepath.Join(example("widgets"), "policy.yaml"))
+	NewWithT(t).Eventually(func() error {
+		return exec.Command(kubectl, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml")).Run()
+	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
 }
 

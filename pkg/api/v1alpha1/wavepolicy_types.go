@@ -29,6 +29,24 @@ const (
 // WavePolicySpec declares the groups of ordered deployments and how wavegate treats them.
 // +kubebuilder:validation:XValidation:rule="!has(self.requireKnownGroups) || !self.requireKnownGroups || (has(self.groups) && size(self.groups) > 0)",message="requireKnownGroups needs at least one entry in groups"
 type WavePolicySpec struct {
+	// NamespaceSelector selects the namespaces whose objects the policy applies to (its groups,
+	// defaults, readiness and group label), so that teams can have different group orders; policies
+	// conflict only where they select the same namespace. Empty or absent: every namespace.
+	// Cluster-scoped objects see the policies without a selector and those that declare the
+	// sequence they join.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// Sequences declares shared sequences: the only way objects of several namespaces, or
+	// cluster-scoped objects, join one sequence. Without a declaration a namespaced object may join
+	// only its own namespace's sequences (the namespace's name, or <namespace>.<name>), and a
+	// cluster-scoped object none. WavePolicies are cluster-scoped: tenants cannot write them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Sequences []SharedSequence `json:"sequences,omitempty"`
+
 	// GroupLabel names an existing label that carries an object's group, for example
 	// app.kubernetes.io/component, so that manifests need no change. The label wavegate.io/group
 	// always works and wins when both are set.
@@ -56,6 +74,23 @@ type WavePolicySpec struct {
 	// Readiness adjusts how wavegate decides that a member is ready.
 	// +optional
 	Readiness Readiness `json:"readiness,omitempty"`
+}
+
+// SharedSequence is a sequence that objects of the selected namespaces, and optionally
+// cluster-scoped objects, may join.
+type SharedSequence struct {
+	// Name is the sequence, as objects name it in wavegate.io/sequence.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Name string `json:"name"`
+	// NamespaceSelector selects the namespaces whose objects may join. A namespace may always join
+	// its own sequences. Absent: no other namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// ClusterScoped lets cluster-scoped objects (CRDs, ClusterRoles, webhook configurations) join.
+	// +optional
+	ClusterScoped bool `json:"clusterScoped,omitempty"`
 }
 
 // Readiness adjusts readiness for kinds that kstatus cannot judge.
@@ -153,6 +188,13 @@ type WavePolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// Namespaces lists the opted-in namespaces the policy applies to (at most 100, sorted);
+	// NamespaceCount counts them all.
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+	// +optional
+	NamespaceCount int32 `json:"namespaceCount,omitempty"`
+
 	// Conditions: Ready is True when the policy is in effect without conflicts.
 	// +optional
 	// +listType=map
@@ -166,6 +208,7 @@ type WavePolicyStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=wp;wavepol
 // +kubebuilder:printcolumn:name="Group label",type=string,JSONPath=`.spec.groupLabel`
+// +kubebuilder:printcolumn:name="Namespaces",type=integer,JSONPath=`.status.namespaceCount`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WavePolicy struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -46,8 +46,20 @@ func TestHelmInstallUninstallRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
 	kubectl := filepath.Join(os.Getenv("KUBE_BIN"), "kubectl")
-	if out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml")).CombinedOutput(); err != nil {
+	// The CRD joins sequence widgets, which examples/widgets/policy.yaml declares for cluster-scoped
+	// members; retry until the webhook has loaded the policy.
+	if out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "policy.yaml")).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	for i := 0; ; i++ {
+		out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml")).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%v: %s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	t.Cleanup(func() {
 		_ = exec.Command(kubectl, "delete", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml"), "--wait=false").Run()

@@ -49,13 +49,15 @@ func TestCreateStampsWavesAndTemplateIdentity(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
 	g.Expect(cm.Annotations).To(Equal(resolvedAnnotations(ns, "database", "1", "103")))
 
-	d := deployment(ns, "web", labels(keys.GroupLabel, "web", keys.GroupOrderLabel, "2", keys.SequenceLabel, "shop"))
+	// An independent sequence of the namespace: <namespace>.<name>.
+	shop := ns + ".shop"
+	d := deployment(ns, "web", labels(keys.GroupLabel, "web", keys.GroupOrderLabel, "2", keys.SequenceLabel, shop))
 	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
 	got := &appsv1.Deployment{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(d), got)).To(Succeed())
-	g.Expect(got.Annotations).To(Equal(resolvedAnnotations("shop", "web", "2", "200")))
+	g.Expect(got.Annotations).To(Equal(resolvedAnnotations(shop, "web", "2", "200")))
 	g.Expect(got.Spec.Template.Labels).To(Equal(labels("app", "web",
-		keys.GroupLabel, "web", keys.GroupOrderLabel, "2", keys.SequenceLabel, "shop")))
+		keys.GroupLabel, "web", keys.GroupOrderLabel, "2", keys.SequenceLabel, shop)))
 }
 
 func TestExplicitSyncWaveIsKeptWithAWarning(t *testing.T) {
@@ -172,7 +174,14 @@ func TestBadInputIsDeniedNamingTheFieldAndTheFix(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring(
 			"metadata.labels[wavegate.io/sequence]: Required value: a cluster-scoped object must name the sequence it joins")))
 		cr.Labels[keys.SequenceLabel] = ns
-		g.Expect(env.Client.Create(ctx, cr)).To(Succeed())
+		g.Expect(env.Client.Create(ctx, cr)).To(MatchError(ContainSubstring(
+			"a cluster-scoped object may join only a sequence that a WavePolicy declares for cluster-scoped members: " +
+				"ask a platform team to add {name: " + ns + ", clusterScoped: true} to a WavePolicy's spec.sequences")))
+		decl := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "declares-" + ns},
+			Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{Name: ns, ClusterScoped: true}}}}
+		g.Expect(env.Client.Create(ctx, decl)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, decl) })
+		g.Eventually(func() error { return env.Client.Create(ctx, cr) }).WithTimeout(10 * time.Second).Should(Succeed())
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, cr) })
 		g.Expect(cr.Annotations).To(Equal(resolvedAnnotations(ns, "known-"+ns, "4", "400")))
 	})

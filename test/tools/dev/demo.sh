@@ -26,7 +26,9 @@ cat "$dev"/pods/shop_wavegate-wait-database-*.log
 kubectl get sequences
 
 section "2. An operator, its CRD and its custom resources"
-kubectl apply -f "$root/examples/widgets/crd.yaml"
+kubectl apply -f "$root/examples/widgets/policy.yaml"
+# The CRD joins a sequence the policy declares: retry until every webhook replica has loaded it.
+for _ in $(seq 50); do kubectl apply -f "$root/examples/widgets/crd.yaml" 2>/dev/null && break; sleep 0.2; done
 kubectl wait --for condition=Established crd/widgets.example.com --timeout 60s
 timeline --namespaces widgets --until released &
 tl=$!

@@ -1,0 +1,139 @@
+package ordering
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
+)
+
+func withSequence(l map[string]string, seq string) map[string]string {
+	l[keys.SequenceLabel] = seq
+	return l
+}
+
+// TestTenantCannotCaptureAnotherSequence: an object in one namespace that names another namespace's
+// sequence is denied at CREATE and on a label change, naming the label and how a platform team
+// allows it; the victim's own ordering runs as if the tenant did not exist.
+func TestTenantCannotCaptureAnotherSequence(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	victim, tenant := namespace(t), namespace(t)
+
+	capture := deployment(tenant, "zzz", withSequence(member("zzz", 0), victim))
+	err := env.Client.Create(ctx, capture)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(And(
+		ContainSubstring("metadata.labels[wavegate.io/sequence]"),
+		ContainSubstring("namespace "+tenant+" may join only its own sequences"),
+		ContainSubstring("spec.sequences entry {name: "+victim+"} whose namespaceSelector selects namespace "+tenant)))
+
+	own := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "own", Namespace: tenant, Labels: member("zzz", 0)}}
+	g.Expect(env.Client.Create(ctx, own)).To(Succeed())
+	own.Labels[keys.SequenceLabel] = victim
+	g.Expect(env.Client.Update(ctx, own)).To(MatchError(ContainSubstring("may join only its own sequences")), "a label change is checked too")
+
+	// The victim's app: a database group, then web; web's pod is released once the database is.
+	db := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: victim, Labels: member("database", 0)}}
+	web := deployment(victim, "web", member("web", 1))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
+	eventuallyUngated(t, pod)
+	g.Expect(sequenceStatus(g, victim).Status.Summary).To(Equal("database 1/1 Released, web 0/1 Waiting"))
+}
+
+// TestDeclaredSharedSequence: a platform team declares a sequence shared by the namespaces it
+// selects; objects there join it (the database of one team orders the app of another), objects of
+// other namespaces and cluster-scoped objects may not.
+func TestDeclaredSharedSequence(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	team := "t" + rand.String(6)
+	shared := "platform-" + team
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+		Name: shared, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	a, b, other := namespace(t), namespace(t), namespace(t)
+	for _, ns := range []string{a, b} {
+		n := &corev1.Namespace{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+		n.Labels["team"] = team
+		g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+	}
+
+	db := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: a, Labels: withSequence(member("database", 1), shared)}}
+	g.Eventually(func() error { return env.Client.Create(ctx, db) }).WithTimeout(timeout).Should(Succeed())
+	web := deployment(b, "web", withSequence(member("web", 2), shared))
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
+	eventuallyUngated(t, pod)
+	g.Expect(sequenceStatus(g, shared).Status.Summary).To(Equal("database 1/1 Released, web 0/1 Waiting"))
+
+	intruder := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: other, Labels: withSequence(member("zzz", 0), shared)}}
+	g.Expect(env.Client.Create(ctx, intruder)).To(MatchError(ContainSubstring("namespace " + other + " may join only its own sequences")))
+	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "x-" + team, Labels: withSequence(member("zzz", 0), shared)}}
+	g.Expect(env.Client.Create(ctx, cr)).To(MatchError(ContainSubstring("add {name: " + shared + ", clusterScoped: true}")))
+
+	// The policy says where it applies.
+	g.Eventually(func(g Gomega) []string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+		return p.Status.Namespaces
+	}).WithTimeout(timeout).Should(ContainElements(a, b, other), "a policy without a namespaceSelector applies to every opted-in namespace")
+}
+
+// TestNothingHappensOutsideOptedInNamespaces: labeled objects in a namespace that did not opt in get
+// no Sequence, wait Job, waiter RBAC or finalizer; a namespace that opts out is released and what
+// wavegate created for it goes away.
+func TestNothingHappensOutsideOptedInNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "plain-"}}
+	g.Expect(env.Client.Create(ctx, ns)).To(Succeed())
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns.Name, Labels: member("database", 1)}}
+	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	g.Expect(cm.Finalizers).To(BeEmpty())
+	untouched := func(g Gomega, ns string) {
+		err := env.Client.Get(ctx, client.ObjectKey{Name: sequence.ObjectName(ns)}, &wavev1.Sequence{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "a Sequence exists for %s", ns)
+		var jobs batchv1.JobList
+		g.Expect(env.Client.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(jobs.Items).To(BeEmpty())
+		var sas corev1.ServiceAccountList
+		g.Expect(env.Client.List(ctx, &sas, client.InNamespace(ns))).To(Succeed())
+		g.Expect(sas.Items).To(BeEmpty())
+		var rbs rbacv1.RoleBindingList
+		g.Expect(env.Client.List(ctx, &rbs, client.InNamespace(ns))).To(Succeed())
+		g.Expect(rbs.Items).To(BeEmpty())
+	}
+	g.Consistently(func(g Gomega) { untouched(g, ns.Name) }).WithTimeout(3 * time.Second).Should(Succeed())
+
+	// Opted in: a Sequence and a wait Job; opted out again: both go, and the finalizer is released.
+	in := namespace(t)
+	db := statefulSet(in, "db", member("database", 1))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	g.Expect(db.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, in).Status.Groups[0].WaitJob }).WithTimeout(timeout).ShouldNot(BeEmpty())
+	n := &corev1.Namespace{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: in}, n)).To(Succeed())
+	delete(n.Labels, keys.EnabledLabel)
+	g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+	g.Eventually(func(g Gomega) { untouched(g, in) }).WithTimeout(timeout).Should(Succeed())
+	g.Eventually(func(g Gomega) []string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
+		return db.Finalizers
+	}).WithTimeout(timeout).ShouldNot(ContainElement(keys.TeardownFinalizer))
+}
