@@ -65,10 +65,7 @@ metadata:
 // applyYAML writes manifests to a file and applies them with kubectl.
 func applyYAML(t *testing.T, manifests string) string {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "app.yaml")
-	if err := os.WriteFile(f, []byte(manifests), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	f := writeTemp(t, manifests)
 	run(t, "apply", "-f", f)
 	return f
 }
