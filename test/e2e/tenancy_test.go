@@ -37,7 +37,9 @@ apiVersion: v1
 kind: Namespace
 metadata: {name: plain}
 `)
-	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", "victim", "tenant", "plain", "--wait=false").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "namespace", "victim", "tenant", "plain", "--wait=false").Run()
+	})
 
 	capture := `apiVersion: apps/v1
 kind: Deployment
