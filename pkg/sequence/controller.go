@@ -90,13 +90,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	ms := make([]Member, 0, len(objs))
+	mos := make([]memberObject, 0, len(objs))
 	for _, o := range objs {
 		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.labels(ctx, o.GetNamespace())); ok {
 			m.Ready = ptr.To(checker(idx, m).Check(o.Unstructured))
 			ms = append(ms, m)
+			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
 		}
 	}
 	plan := Plan(seq, ms, idx, jobStates(jobs), r.Namespace)
+	open := map[string]bool{}
+	for _, g := range plan {
+		open[g.Name] = g.Open
+	}
+	for i := range mos {
+		mos[i].Open = open[mos[i].Resolution.Group]
+	}
+	inversions := Inversions(mos)
 	td, err := r.teardown(ctx, seq, objs, idx, sc)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -136,7 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	observeReleases(plan, jobs, gated, r.now())
 	r.emitEvents(plan, prev, objs)
-	return ctrl.Result{RequeueAfter: td.requeue}, r.writeStatus(ctx, seq, plan, gated, td, prev)
+	return ctrl.Result{RequeueAfter: td.requeue}, r.writeStatus(ctx, seq, plan, gated, td, inversions, prev)
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {
@@ -519,7 +529,7 @@ func eventMessage(g, blocker *Group) string {
 	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
 }
 
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardownResult, prev *wavev1.Sequence) error {
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardownResult, inversions []Inversion, prev *wavev1.Sequence) error {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -589,10 +599,32 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeNormal, ReasonTeardownHeld, "Teardown", "%s", holdCond.Message)
 	}
 	meta.SetStatusCondition(&seqObj.Status.Conditions, holdCond)
+	invCond := inversionCondition(inversions)
+	if prevInv := meta.FindStatusCondition(before.Status.Conditions, ConditionDependencyInversion); invCond.Status == metav1.ConditionTrue &&
+		(prevInv == nil || prevInv.Message != invCond.Message) && r.Recorder != nil {
+		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeWarning, ReasonDependencyInversion, "Order", "%s", invCond.Message)
+		for _, inv := range inversions {
+			r.event(inv.Member.object(), corev1.EventTypeWarning, ReasonDependencyInversion, "%s", inv.Message())
+		}
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, invCond)
 	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
 	}
 	return nil
+}
+
+func inversionCondition(inversions []Inversion) metav1.Condition {
+	if len(inversions) == 0 {
+		return metav1.Condition{Type: ConditionDependencyInversion, Status: metav1.ConditionFalse, Reason: "NoInversion",
+			Message: "no member waits on an object of a later group"}
+	}
+	msgs := make([]string, len(inversions))
+	for i, inv := range inversions {
+		msgs[i] = inv.Message()
+	}
+	return metav1.Condition{Type: ConditionDependencyInversion, Status: metav1.ConditionTrue, Reason: ReasonDependencyInversion,
+		Message: strings.Join(msgs, "; ")}
 }
 
 // ConditionTeardownHeld is True while teardown holds a deleted member of the sequence.

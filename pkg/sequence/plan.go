@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,6 +34,17 @@ type Member struct {
 	Resolution *resolve.Resolution
 	// Ready is filled from the full object when it is at hand; planning does not use it.
 	Ready *readiness.Result
+}
+
+// object is a reference to the member for Events.
+func (m Member) object() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(m.APIVersion)
+	u.SetKind(m.Kind)
+	u.SetNamespace(m.Namespace)
+	u.SetName(m.Name)
+	u.SetUID(m.UID)
+	return u
 }
 
 func (m Member) ref() string {

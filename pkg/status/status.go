@@ -23,6 +23,7 @@ import (
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/readiness"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // Sequence is one sequence in the report.
@@ -31,6 +32,9 @@ type Sequence struct {
 	Ready  bool    `json:"ready"`
 	Reason string  `json:"reason,omitempty"`
 	Groups []Group `json:"groups"`
+	// Problems are what the Sequence's conditions report beyond readiness: dependency inversions
+	// (a member waits on an object of a later group) and teardown holds.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Group is one group of a sequence.
@@ -76,6 +80,9 @@ func Render(w io.Writer, seqs []Sequence) {
 			}
 		}
 		fmt.Fprintf(w, "sequence %s  %s\n", s.Name, state)
+		for _, p := range s.Problems {
+			fmt.Fprintf(w, "  ! %s\n", p)
+		}
 		for gi, g := range s.Groups {
 			branch, indent := "├─", "│  "
 			if gi == len(s.Groups)-1 {
@@ -159,6 +166,9 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 		}
 		rs := Sequence{Name: seq, Ready: true}
 		for _, c := range s.Status.Conditions {
+			if (c.Type == sequence.ConditionDependencyInversion || c.Type == sequence.ConditionTeardownHeld) && c.Status == metav1.ConditionTrue {
+				rs.Problems = append(rs.Problems, c.Type+": "+c.Message)
+			}
 			if c.Type == "Ready" && c.Status != metav1.ConditionTrue {
 				rs.Ready, rs.Reason = false, c.Reason
 			}

@@ -8,8 +8,10 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -136,4 +138,46 @@ func TestNothingHappensOutsideOptedInNamespaces(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
 		return db.Finalizers
 	}).WithTimeout(timeout).ShouldNot(ContainElement(keys.TeardownFinalizer))
+}
+
+// TestDependencyInversionIsNamedAtOnce: a web Deployment (group web, order 1) mounts a ConfigMap
+// labeled into a later group (config, order 2). The web cannot become ready before the ConfigMap's
+// group, which waits for it: within seconds, not at the timeout, the Sequence says so with a
+// condition and a Warning Event naming both objects and the fix.
+func TestDependencyInversionIsNamedAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	web := deployment(ns, "web", member("web", 1))
+	web.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "cfg", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}}
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns, Labels: member("config", 2)}}
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, settings)).To(Succeed())
+	want := "Deployment " + ns + "/web (group web) mounts ConfigMap " + ns + "/settings of the later group config: " +
+		"move ConfigMap settings to group web or earlier, or Deployment web to group config or later"
+	g.Eventually(func(g Gomega) string {
+		c := meta.FindStatusCondition(sequenceStatus(g, ns).Status.Conditions, sequence.ConditionDependencyInversion)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		return c.Message
+	}).WithTimeout(5 * time.Second).Should(Equal(want))
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs)).To(Succeed())
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Sequence" && e.Regarding.Name == ns && e.Type == corev1.EventTypeWarning {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+		}
+		return notes
+	}).WithTimeout(5 * time.Second).Should(ContainElement(sequence.ReasonDependencyInversion + ": " + want))
+
+	// Fixed by moving the ConfigMap to the web's group: the condition clears.
+	settings.Labels = member("web", 1)
+	g.Expect(env.Client.Update(ctx, settings)).To(Succeed())
+	g.Eventually(func(g Gomega) metav1.ConditionStatus {
+		return meta.FindStatusCondition(sequenceStatus(g, ns).Status.Conditions, sequence.ConditionDependencyInversion).Status
+	}).WithTimeout(5 * time.Second).Should(Equal(metav1.ConditionFalse))
 }
