@@ -24,6 +24,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
@@ -80,6 +81,14 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			}
 			want.rules[m.Namespace][m.GVR.Group+"/"+m.GVR.Resource] = true
 			want.subjects[m.Namespace][j.Namespace] = true
+			if m.GVR.Group == "" && m.GVR.Resource == "persistentvolumeclaims" {
+				// A claim's readiness depends on its StorageClass's binding mode (WaitForFirstConsumer).
+				if want.rules[""] == nil {
+					want.rules[""], want.subjects[""] = map[string]bool{}, map[string]bool{}
+				}
+				want.rules[""]["storage.k8s.io/storageclasses"] = true
+				want.subjects[""][j.Namespace] = true
+			}
 		}
 	}
 	if err := r.apply(ctx, want); err != nil {

@@ -46,13 +46,15 @@ var allowed = map[string][]string{
 	"networking.k8s.io/networkpolicies":              {"get", "list", "patch", "watch"},
 	"policy/poddisruptionbudgets":                    {"get", "list", "patch", "watch"},
 	"apiextensions.k8s.io/customresourcedefinitions": {"get", "list", "patch", "watch"},
+	// A claim's readiness depends on its StorageClass (WaitForFirstConsumer); waiters get the same read.
+	"storage.k8s.io/storageclasses":                                {"get", "list", "watch"},
 	"admissionregistration.k8s.io/mutatingwebhookconfigurations":   {"get", "list", "patch", "update", "watch"},
 	"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "list", "patch", "update", "watch"},
 	"authorization.k8s.io/selfsubjectrulesreviews":                 {"create"},
-	"events.k8s.io/events":       {"create", "patch"},
-	"coordination.k8s.io/leases": {"create", "delete", "get", "list", "patch", "update", "watch"},
-	"/events":                    {"create", "patch"},
-	"/secrets":                   {"create", "get", "update"},
+	"events.k8s.io/events":                                         {"create", "patch"},
+	"coordination.k8s.io/leases":                                   {"create", "delete", "get", "list", "patch", "update", "watch"},
+	"/events":                                                      {"create", "patch"},
+	"/secrets":                                                     {"create", "get", "update"},
 }
 
 type role struct {
