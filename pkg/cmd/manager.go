@@ -19,7 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"wavegate.io/wavegate/pkg/certs"
+	"wavegate.io/wavegate/certs"
 	"wavegate.io/wavegate/pkg/manager"
 )
 

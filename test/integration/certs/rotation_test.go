@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"wavegate.io/wavegate/pkg/certs"
+	"wavegate.io/wavegate/certs"
 	"wavegate.io/wavegate/pkg/mutate"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/test/framework"
