@@ -130,11 +130,18 @@ func eventuallyUngated(t *testing.T, p *corev1.Pod) {
 		Should(BeFalse(), "pod %s stayed gated", p.Name)
 }
 
+// gatedWindow is how long "stays gated" is watched: longer than the controller takes to react to
+// the change that would release a pod (a few reconciles), so that a release a moment later fails.
+const gatedWindow = 1500 * time.Millisecond
+
+// expectGated asserts that every pod stays gated for gatedWindow, not only at this instant.
 func expectGated(t *testing.T, pods ...*corev1.Pod) {
 	t.Helper()
-	for _, p := range pods {
-		NewWithT(t).Expect(gated(NewWithT(t), p)).To(BeTrue(), "pod %s of group %s was released early", p.Name, p.Labels[keys.GroupLabel])
-	}
+	NewWithT(t).Consistently(func(g Gomega) {
+		for _, p := range pods {
+			g.Expect(gated(g, p)).To(BeTrue(), "pod %s of group %s was released early", p.Name, p.Labels[keys.GroupLabel])
+		}
+	}).WithTimeout(gatedWindow).WithPolling(100 * time.Millisecond).Should(Succeed())
 }
 
 // markStatefulSetReady writes the status a StatefulSet controller writes once its pods are ready.
@@ -162,7 +169,11 @@ func markJobComplete(t *testing.T, j *batchv1.Job) {
 	g := NewWithT(t)
 	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(j), j)).To(Succeed())
 	now := metav1.Now()
-	j.Status = batchv1.JobStatus{StartTime: &now, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
+	start := &now
+	if j.Status.StartTime != nil {
+		start = j.Status.StartTime // immutable once set, as the Job controller knows
+	}
+	j.Status = batchv1.JobStatus{StartTime: start, CompletionTime: &now, Succeeded: 1, Conditions: []batchv1.JobCondition{
 		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
 	g.Expect(env.Client.Status().Update(context.Background(), j)).To(Succeed())

@@ -128,7 +128,11 @@ func TestNothingHappensOutsideOptedInNamespaces(t *testing.T) {
 	db := statefulSet(in, "db", member("database", 1))
 	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
 	g.Expect(db.Finalizers).To(ContainElement(keys.TeardownFinalizer))
-	g.Eventually(func(g Gomega) string { return sequenceStatus(g, in).Status.Groups[0].WaitJob }).WithTimeout(timeout).ShouldNot(BeEmpty())
+	g.Eventually(func(g Gomega) string {
+		groups := sequenceStatus(g, in).Status.Groups
+		g.Expect(groups).NotTo(BeEmpty())
+		return groups[0].WaitJob
+	}).WithTimeout(timeout).ShouldNot(BeEmpty())
 	n := &corev1.Namespace{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: in}, n)).To(Succeed())
 	delete(n.Labels, keys.EnabledLabel)

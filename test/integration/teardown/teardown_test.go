@@ -58,17 +58,19 @@ func TestBackgroundDeletionIsOrdered(t *testing.T) {
 	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
 	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
 
-	// The operator said what it waited for.
-	var evs eventsv1.EventList
-	g.Expect(env.Client.List(ctx, &evs, client.InNamespace(a.ns))).To(Succeed())
-	var notes []string
-	for _, e := range evs.Items {
-		if e.Regarding.Name == "operator" {
-			notes = append(notes, e.Reason+": "+e.Note)
+	// The operator said what it waited for (Events are written asynchronously: wait for them).
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(a.ns))).To(Succeed())
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "operator" {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
 		}
-	}
-	g.Expect(notes).To(ContainElement(MatchRegexp(`^TeardownHeld: held until group instances is gone: \d objects remain$`)))
-	g.Expect(notes).To(ContainElement(HavePrefix(sequence.ReasonTeardownReleased)))
+		return notes
+	}).WithTimeout(timeout).Should(ContainElements(MatchRegexp(`^TeardownHeld: held until group instances is gone: \d objects remain$`),
+		HavePrefix(sequence.ReasonTeardownReleased)))
 }
 
 // TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
@@ -176,13 +178,15 @@ func TestTimeoutAndForcedRemoval(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, op)).To(Succeed())
 	g.Eventually(func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(op), op) }).WithTimeout(timeout).
 		Should(Satisfy(apierrors.IsNotFound))
-	var evs eventsv1.EventList
-	g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
-	var warnings []string
-	for _, e := range evs.Items {
-		if e.Type == corev1.EventTypeWarning {
-			warnings = append(warnings, e.Reason)
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+		var warnings []string
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning {
+				warnings = append(warnings, e.Reason)
+			}
 		}
-	}
-	g.Expect(warnings).To(ContainElements(sequence.ReasonTeardownTimeout, sequence.ReasonFinalizersForced))
+		return warnings
+	}).WithTimeout(timeout).Should(ContainElements(sequence.ReasonTeardownTimeout, sequence.ReasonFinalizersForced))
 }
