@@ -123,10 +123,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
+	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
 	for _, g := range plan {
 		// A group whose members are being deleted gets no new wait Job: its revision is not final.
 		if g.Open && g.JobName != "" && g.JobState == JobMissing && td.terminating[g.Name] == 0 {
-			open, err := fresh.open(ctx, g.Name)
+			open, err := gate.Open(g.Name)
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -140,7 +141,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
 		return ctrl.Result{}, err
 	}
-	gated, err := r.ungate(ctx, seq, plan, fresh)
+	gated, err := r.ungate(ctx, seq, gate)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -312,51 +313,40 @@ type ungated struct {
 // ungate removes the gate from the pods of open groups. Before it does, it plans again on a
 // consistent read of the members from the API server, so that a lagging cache (an earlier group's
 // objects created a moment before the pods) never releases a pod early.
-// freshView plans a sequence on a consistent read of its members from the API server, once per
-// reconcile and only when a decision needs it.
+// freshView plans a sequence on a consistent read of its members and wait Jobs from the API
+// server: the second opinion of the opener.
 type freshView struct {
 	r     *Reconciler
 	seq   string
 	idx   *policy.Index
 	scope *scope
-	plan  map[string]bool
 }
 
-func (f *freshView) open(ctx context.Context, group string) (bool, error) {
-	if f.plan == nil {
-		objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, "")
-		if err != nil {
-			return false, err
+func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
+	objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, "")
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := f.r.waitJobs(ctx, f.seq)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Member, 0, len(objs))
+	for _, o := range objs {
+		if !f.scope.optedIn(ctx, nsOf(o.Kind, o)) {
+			continue
 		}
-		jobs, err := f.r.waitJobs(ctx, f.seq)
-		if err != nil {
-			return false, err
-		}
-		ms := make([]Member, 0, len(objs))
-		for _, o := range objs {
-			if !f.scope.optedIn(ctx, nsOf(o.Kind, o)) {
-				continue
-			}
-			if m, ok := toMember(o.Kind, o, f.idx, f.scope.labels(ctx, o.GetNamespace())); ok {
-				ms = append(ms, m)
-			}
-		}
-		f.plan = map[string]bool{}
-		for _, g := range Plan(f.seq, ms, f.idx, jobStates(jobs), f.r.Namespace) {
-			f.plan[g.Name] = g.Open
+		if m, ok := toMember(o.Kind, o, f.idx, f.scope.labels(ctx, o.GetNamespace())); ok {
+			ms = append(ms, m)
 		}
 	}
-	return f.plan[group], nil
+	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs), f.r.Namespace)), nil
 }
 
-func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, fresh *freshView) (*ungated, error) {
+func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ungated, error) {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	open := map[string]bool{}
-	for _, g := range plan {
-		open[g.Name] = g.Open
 	}
 	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
 	gated := out.gated
@@ -367,7 +357,7 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, fres
 			continue
 		}
 		group := p.Labels[keys.GroupLabel]
-		if open[group] {
+		if gate.CachedOpen(group) {
 			candidates = append(candidates, p)
 		} else {
 			gated[group]++
@@ -378,7 +368,7 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, plan []*Group, fres
 	}
 	for _, p := range candidates {
 		group := p.Labels[keys.GroupLabel]
-		open, err := fresh.open(ctx, group)
+		open, err := gate.Open(group)
 		if err != nil {
 			return nil, err
 		}

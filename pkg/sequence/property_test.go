@@ -16,9 +16,9 @@ import (
 
 // The property test simulates a sequence under churn and checks wavegate's one promise: no pod of a
 // new template is released while an earlier group is not verified ready at its current revision.
-// The controller is modelled with the real Plan and the real decision rules: it plans on a cache
-// that lags the world by a random number of steps, and opens a group (creates its wait Job,
-// removes gates) only when a consistent read of the world agrees. Restarts lose nothing because
+// The controller is modelled with the real Plan and the real decision (the opener that Reconcile
+// uses): it plans on a cache that lags the world by a random number of steps and opens a group
+// (creates its wait Job, removes gates) through the opener, whose consistent read is the world. Restarts lose nothing because
 // the controller keeps no state: the world (Jobs, Sequence status) is all there is.
 
 type simMember struct {
@@ -98,7 +98,8 @@ func (w *simWorld) plan(ms []*simMember) []*Group {
 	}, "wavegate-system")
 }
 
-// reconcile is the controller: plan on the lagging cache, confirm on the world.
+// reconcile is the controller: it plans on the lagging cache and decides through the product's
+// opener, whose second opinion is a plan on the world as it is (the consistent read).
 func (w *simWorld) reconcile(t *testing.T) {
 	lag := w.rng.IntN(len(w.history) + 1)
 	cached := w.history[len(w.history)-lag:]
@@ -109,21 +110,16 @@ func (w *simWorld) reconcile(t *testing.T) {
 		view = w.snapshot()
 	}
 	cachePlan := w.plan(view)
-	freshOpen := map[string]bool{}
-	for _, g := range w.plan(w.snapshot()) {
-		freshOpen[g.Name] = g.Open
-	}
-	open := map[string]bool{}
+	gate := newOpener(cachePlan, func() (map[string]bool, error) { return openGroups(w.plan(w.snapshot())), nil })
 	for _, g := range cachePlan {
-		open[g.Name] = g.Open
-		if g.Open && g.JobName != "" && g.JobState == JobMissing && freshOpen[g.Name] {
+		if open, _ := gate.Open(g.Name); open && g.JobName != "" && g.JobState == JobMissing {
 			w.jobs[g.JobName] = JobRunning
 			w.jobRev[g.JobName] = struct{ group, rev string }{g.Name, g.Revision}
 		}
 	}
 	for _, p := range w.pods {
 		name := w.groups[p.group]
-		if p.gated && open[name] && freshOpen[name] {
+		if open, _ := gate.Open(name); p.gated && open {
 			w.checkRelease(t, p)
 			p.gated = false
 			if w.cleared[name] == nil {
