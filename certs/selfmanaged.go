@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"wavegate.io/wavegate/pkg/patch"
 )
 
 // Only wavegate's own certificate Secret, in its own namespace (create cannot be narrowed to a name).
@@ -264,17 +266,13 @@ func (s *SelfManaged) write(sec *corev1.Secret) error {
 
 // inject sets the CA bundle on every webhook of wavegate's configurations.
 func (s *SelfManaged) inject(ctx context.Context, ca []byte) error {
-	patch := func(n int) []byte {
-		var b bytes.Buffer
-		b.WriteString("[")
+	caPatch := func(n int) []byte {
+		ops := make([]patch.Operation, n)
 		for i := range n {
-			if i > 0 {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, `{"op":"add","path":"/webhooks/%d/clientConfig/caBundle","value":%q}`, i, encode(ca))
+			ops[i] = patch.Add(fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i), encode(ca))
 		}
-		b.WriteString("]")
-		return b.Bytes()
+		b, _ := patch.Marshal(ops...) // strings always encode
+		return b
 	}
 	for _, name := range s.MutatingWebhooks {
 		c, err := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
@@ -284,7 +282,7 @@ func (s *SelfManaged) inject(ctx context.Context, ca []byte) error {
 		if caCurrent(c.Webhooks, func(i int) []byte { return c.Webhooks[i].ClientConfig.CABundle }, ca) {
 			continue
 		}
-		if _, err := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, patch(len(c.Webhooks)), metav1.PatchOptions{}); err != nil {
+		if _, err := s.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, caPatch(len(c.Webhooks)), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("injecting the CA into %s: %w", name, err)
 		}
 	}
@@ -296,7 +294,7 @@ func (s *SelfManaged) inject(ctx context.Context, ca []byte) error {
 		if caCurrent(c.Webhooks, func(i int) []byte { return c.Webhooks[i].ClientConfig.CABundle }, ca) {
 			continue
 		}
-		if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, patch(len(c.Webhooks)), metav1.PatchOptions{}); err != nil {
+		if _, err := s.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, caPatch(len(c.Webhooks)), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("injecting the CA into %s: %w", name, err)
 		}
 	}

@@ -2,13 +2,11 @@ package mutate
 
 import (
 	"sort"
-	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
-)
 
-// pointerEscaper escapes a map key for a JSON pointer (RFC 6901): "~" then "/".
-var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+	"wavegate.io/wavegate/pkg/patch"
+)
 
 // setEntries appends the operations that make the map at path hold every entry of want, leaving
 // other entries alone. It emits nothing for entries that already hold the wanted value, so a second
@@ -30,7 +28,7 @@ func setEntries(ops []jsonpatch.Operation, path string, have, want map[string]st
 	sort.Strings(ks)
 	for _, k := range ks {
 		// "add" on an existing member replaces it (RFC 6902 4.1).
-		ops = append(ops, jsonpatch.NewOperation("add", path+"/"+pointerEscaper.Replace(k), want[k]))
+		ops = append(ops, patch.Add(patch.Pointer(path, k), want[k]))
 	}
 	return ops
 }

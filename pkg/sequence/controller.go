@@ -28,6 +28,7 @@ import (
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/metrics"
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
@@ -427,13 +428,17 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 			continue
 		}
 		at := r.now().UTC().Format(time.RFC3339Nano)
-		stamp := fmt.Sprintf(`{"op":"add","path":"/metadata/annotations/%s","value":%q}`, strings.ReplaceAll(keys.ReleasedAtAnnotation, "/", "~1"), at)
+		ops := patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})
 		if p.Annotations == nil {
-			stamp = fmt.Sprintf(`{"op":"add","path":"/metadata/annotations","value":{%q:%q}}`, keys.ReleasedAtAnnotation, at)
+			ops = append(ops, patch.Add("/metadata/annotations", map[string]string{keys.ReleasedAtAnnotation: at}))
+		} else {
+			ops = append(ops, patch.Add(patch.Pointer("/metadata/annotations", keys.ReleasedAtAnnotation), at))
 		}
-		patch := fmt.Sprintf(`[{"op":"test","path":"/spec/schedulingGates/%d/name","value":%q},{"op":"remove","path":"/spec/schedulingGates/%d"},%s]`,
-			i, keys.SchedulingGate, i, stamp)
-		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, []byte(patch)), client.FieldOwner(keys.FieldManager)); err != nil {
+		body, err := patch.Marshal(ops...)
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}

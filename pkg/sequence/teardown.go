@@ -20,6 +20,7 @@ import (
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
@@ -298,9 +299,11 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, o members.Object) erro
 	if i < 0 {
 		return nil
 	}
-	patch := []byte(fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers/%d","value":%q},{"op":"remove","path":"/metadata/finalizers/%d"}]`,
-		i, keys.TeardownFinalizer, i))
-	_, err := r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(nsOf(o.Kind, o)).Patch(ctx, o.GetName(), types.JSONPatchType, patch,
+	body, err := patch.Marshal(patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)
+	if err != nil {
+		return err
+	}
+	_, err = r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(nsOf(o.Kind, o)).Patch(ctx, o.GetName(), types.JSONPatchType, body,
 		metav1.PatchOptions{FieldManager: keys.FieldManager})
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return nil // gone, or the finalizers changed: the next event reconciles again

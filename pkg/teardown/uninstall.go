@@ -20,6 +20,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/patch"
 )
 
 // Uninstall makes wavegate safe to remove: it deletes wavegate's webhook configurations, so that
@@ -96,7 +97,7 @@ func (u *Uninstall) ungate(ctx context.Context, pods []metav1.PartialObjectMetad
 		for i, g := range pod.Spec.SchedulingGates {
 			if g.Name == keys.SchedulingGate {
 				if err := u.remove(ctx, schema.GroupVersionResource{Version: "v1", Resource: "pods"}, p.Namespace, p.Name, "/spec/schedulingGates", i,
-					fmt.Sprintf(`{"name":%q}`, keys.SchedulingGate)); err != nil {
+					map[string]string{"name": keys.SchedulingGate}); err != nil {
 					return n, err
 				}
 				n++
@@ -108,9 +109,12 @@ func (u *Uninstall) ungate(ctx context.Context, pods []metav1.PartialObjectMetad
 
 // remove deletes element i of the list at path with a JSON patch that first tests the element is
 // still test (a JSON value), so a concurrent change fails the patch instead of removing another.
-func (u *Uninstall) remove(ctx context.Context, gvr schema.GroupVersionResource, ns, name, path string, i int, test string) error {
-	patch := fmt.Sprintf(`[{"op":"test","path":"%[1]s/%[2]d","value":%[3]s},{"op":"remove","path":"%[1]s/%[2]d"}]`, path, i, test)
-	_, err := u.Metadata.Resource(gvr).Namespace(ns).Patch(ctx, name, types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: keys.FieldManager})
+func (u *Uninstall) remove(ctx context.Context, gvr schema.GroupVersionResource, ns, name, path string, i int, test any) error {
+	body, err := patch.Marshal(patch.TestAndRemove(path, i, test)...)
+	if err != nil {
+		return err
+	}
+	_, err = u.Metadata.Resource(gvr).Namespace(ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{FieldManager: keys.FieldManager})
 	return ignoreGone(err, name)
 }
 

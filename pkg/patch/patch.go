@@ -1,0 +1,50 @@
+// Package patch builds the JSON patches (RFC 6902) wavegate's admission and controllers write:
+// JSON pointers with one escaper, and "test, then remove" for list elements, so that a concurrent
+// change of a list fails the patch instead of removing another element.
+package patch
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+)
+
+// Operation is one JSON patch operation.
+type Operation = jsonpatch.Operation
+
+var escaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+// Escape escapes one reference token of a JSON pointer (RFC 6901): "~" then "/".
+func Escape(token string) string { return escaper.Replace(token) }
+
+// Pointer joins a JSON pointer and reference tokens, escaping the tokens.
+func Pointer(base string, tokens ...string) string {
+	var b strings.Builder
+	b.WriteString(base)
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(Escape(t))
+	}
+	return b.String()
+}
+
+// Add sets path to value (on an existing object member it replaces the value).
+func Add(path string, value any) Operation { return jsonpatch.NewOperation("add", path, value) }
+
+// TestAndRemove tests that element i of the list at path equals value, then removes it.
+func TestAndRemove(path string, i int, value any) []Operation {
+	at := path + "/" + strconv.Itoa(i)
+	return []Operation{jsonpatch.NewOperation("test", at, value), jsonpatch.NewOperation("remove", at, nil)}
+}
+
+// Marshal encodes operations as a JSON patch document.
+func Marshal(ops ...Operation) ([]byte, error) {
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, fmt.Errorf("encoding a JSON patch: %w", err)
+	}
+	return b, nil
+}
