@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,7 +67,7 @@ func (u *Uninstall) Run(ctx context.Context) error {
 			}
 			for _, o := range list.Items {
 				if i := slices.Index(o.Finalizers, keys.TeardownFinalizer); i >= 0 {
-					if err := u.remove(ctx, gvr, o.Namespace, o.Name, "/metadata/finalizers", i, strconv.Quote(keys.TeardownFinalizer)); err != nil {
+					if err := u.remove(ctx, gvr, o.Namespace, o.Name, "/metadata/finalizers", i, keys.TeardownFinalizer); err != nil {
 						return err
 					}
 					finalizers++
