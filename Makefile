@@ -122,8 +122,8 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl from pinned Go modules
 	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl
 
 .PHONY: cluster-assets
-cluster-assets: ## Build the whole local control plane and kwok from pinned Go modules into the cache (once).
-	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kwokctl
+cluster-assets: ## Build the whole local control plane, kwok and the Helm CLI from pinned Go modules into the cache (once).
+	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kwokctl helm
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -4,7 +4,7 @@
 #
 #   test/tools/control-plane.sh <dest-dir> <binary>...
 #
-# Binaries: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl.
+# Binaries: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm.
 # A binary that is already in <dest-dir> is not rebuilt; each is built to a temporary name and moved
 # into place, so an interrupted build never leaves a broken binary behind.
 set -euo pipefail
@@ -53,6 +53,9 @@ for bin in "$@"; do
 		build kube "$bin" "k8s.io/kubernetes/cmd/$bin" "$ldflags" ;;
 	kwok | kwokctl)
 		build kwok "$bin" "sigs.k8s.io/kwok/cmd/$bin" "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version" ;;
+	helm) # the Helm CLI, pinned by the Helm e2e module (test/e2e/helm/go.mod)
+		helm_version=$(cd "$here/../e2e/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
+		build ../e2e/helm helm helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" ;;
 	*) echo "unknown binary $bin" >&2; exit 2 ;;
 	esac
 done

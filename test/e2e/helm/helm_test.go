@@ -40,33 +40,7 @@ func TestHelmInstallUninstallRoundTrip(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(restCfg)
 	root := filepath.Join("..", "..", "..")
 
-	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", kubeconfig)
-	if err := op.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
-	kubectl := filepath.Join(os.Getenv("KUBE_BIN"), "kubectl")
-	// The CRD joins sequence widgets, which examples/widgets/policy.yaml declares for cluster-scoped
-	// members; retry until the webhook has loaded the policy.
-	if out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "policy.yaml")).CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	for i := 0; ; i++ {
-		out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml")).CombinedOutput()
-		if err == nil {
-			break
-		}
-		if i == 100 {
-			t.Fatalf("%v: %s", err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Cleanup(func() {
-		_ = exec.Command(kubectl, "delete", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml"), "--wait=false").Run()
-	})
-	if out, err := exec.Command(kubectl, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s").CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	startOperatorAndCRD(t, root, kubeconfig)
 	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{"wavegate.io/enabled": "true"}}}, metav1.CreateOptions{})
 	if err != nil {
@@ -119,6 +93,43 @@ func TestHelmInstallUninstallRoundTrip(t *testing.T) {
 		_, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
+}
+
+// startOperatorAndCRD runs the strict stand-in operator for the test and installs the Widget CRD
+// (TestMain deletes it at the end).
+func startOperatorAndCRD(t *testing.T, root, kubeconfig string) {
+	t.Helper()
+	op := exec.Command(filepath.Join(root, "bin", "widget-operator"), "--kubeconfig", kubeconfig)
+	if err := op.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
+	kubectl := filepath.Join(os.Getenv("KUBE_BIN"), "kubectl")
+	// The CRD joins sequence widgets, which examples/widgets/policy.yaml declares for cluster-scoped
+	// members; retry until the webhook has loaded the policy.
+	if out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "policy.yaml")).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for i := 0; ; i++ {
+		out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml")).CombinedOutput()
+		if err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%v: %s", err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := exec.Command(kubectl, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	root := filepath.Join("..", "..", "..")
+	_ = exec.Command(filepath.Join(os.Getenv("KUBE_BIN"), "kubectl"), "delete", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml"), "--wait=false").Run()
+	os.Exit(code)
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
