@@ -35,6 +35,10 @@ func TestHelmCLIInstallUpgradeUninstall(t *testing.T) {
 	dyn := dynamic.NewForConfigOrDie(restCfg)
 	startOperatorAndCRD(t, filepath.Join("..", "..", ".."), kubeconfig)
 	const ns = "helm-cli"
+	waitFor(t, "an earlier run's namespace to be gone", func() bool {
+		_, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{"wavegate.io/enabled": "true"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -65,11 +69,16 @@ func TestHelmCLIInstallUpgradeUninstall(t *testing.T) {
 	}
 
 	helm("install", "cli", "chart", "--wait", "--timeout", "3m")
-	if !ready() {
-		t.Fatal("helm install --wait returned before wavegate released every group")
-	}
-	helm("upgrade", "cli", "chart", "--wait", "--timeout", "3m", "--set", "operatorTag=2")
+	// --wait returns once kstatus calls every object Current: the operator, whose pods were gated
+	// at first, is Available. (kstatus calls a custom resource without conditions Current, so the
+	// Widgets may not be Ready yet: wavegate's Sequence is what says the order completed.)
 	d, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
+	if err != nil || !available(d) {
+		t.Fatalf("helm install --wait returned before the operator was available: %v", err)
+	}
+	waitFor(t, "the sequence to be released", ready)
+	helm("upgrade", "cli", "chart", "--wait", "--timeout", "3m", "--set", "operatorTag=2")
+	d, err = cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

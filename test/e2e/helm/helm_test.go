@@ -105,6 +105,10 @@ func startOperatorAndCRD(t *testing.T, root, kubeconfig string) {
 	}
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
 	kubectl := filepath.Join(os.Getenv("KUBE_BIN"), "kubectl")
+	// A CRD (or namespace) left terminating by an earlier run must be gone first.
+	if out, _ := exec.Command(kubectl, "get", "crd/widgets.example.com", "--ignore-not-found", "-o", "jsonpath={.metadata.deletionTimestamp}").Output(); len(out) > 0 {
+		_ = exec.Command(kubectl, "wait", "--for=delete", "crd/widgets.example.com", "--timeout=90s").Run()
+	}
 	// The CRD joins sequence widgets, which examples/widgets/policy.yaml declares for cluster-scoped
 	// members; retry until the webhook has loaded the policy.
 	if out, err := exec.Command(kubectl, "apply", "-f", filepath.Join(root, "examples", "widgets", "policy.yaml")).CombinedOutput(); err != nil {
