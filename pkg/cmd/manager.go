@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -145,7 +144,7 @@ func selfManagedCerts(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o
 		Client: kubernetes.NewForConfigOrDie(cfg), Namespace: o.wavegate.Namespace, Secret: "wavegate-webhook-certs",
 		CertDir: dir, DNSNames: names, IPs: o.certIPs,
 		MutatingWebhooks:   []string{o.wavegate.WebhookConfigurationName},
-		ValidatingWebhooks: []string{strings.Replace(o.wavegate.WebhookConfigurationName, "mutating", "validating", 1)},
+		ValidatingWebhooks: []string{manager.ValidatingName(o.wavegate.WebhookConfigurationName)},
 	}
 	if err := sm.Reconcile(ctx); err != nil {
 		return fmt.Errorf("issuing the webhook certificate: %w", err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -73,6 +74,10 @@ type Config struct {
 // DefaultWebhookConfigurationName is the name config/default installs.
 const DefaultWebhookConfigurationName = "wavegate-mutating-webhook-configuration"
 
+// ValidatingName is the name of the ValidatingWebhookConfiguration installed beside a
+// MutatingWebhookConfiguration: config/ names them <prefix>mutating-... and <prefix>validating-....
+func ValidatingName(mutating string) string { return strings.Replace(mutating, "mutating", "validating", 1) }
+
 // CacheOptions restricts the manager's cache to what wavegate manages: its own webhook
 // configuration, not every one in the cluster.
 func CacheOptions(cfg Config) cache.Options {
@@ -86,6 +91,9 @@ func CacheOptions(cfg Config) cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&admissionregistrationv1.MutatingWebhookConfiguration{}: {
 				Field: fields.OneTermEqualSelector("metadata.name", cfg.WebhookConfigurationName),
+			},
+			&admissionregistrationv1.ValidatingWebhookConfiguration{}: {
+				Field: fields.OneTermEqualSelector("metadata.name", ValidatingName(cfg.WebhookConfigurationName)),
 			},
 			// Only member pods and wait Jobs are cached, never the cluster's other pods and Jobs.
 			&corev1.Pod{}:                {Label: exists(keys.GroupLabel), Transform: slimPod},
@@ -184,7 +192,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := (&policy.StatusReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the WavePolicy status controller: %w", err)
 	}
-	if err := (&webhookconfig.Reconciler{Client: mgr.GetClient(), Name: cfg.WebhookConfigurationName}).SetupWithManager(mgr); err != nil {
+	if err := (&webhookconfig.Reconciler{Client: mgr.GetClient(), Name: cfg.WebhookConfigurationName,
+		ValidatingName: ValidatingName(cfg.WebhookConfigurationName)}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the webhook configuration controller: %w", err)
 	}
 

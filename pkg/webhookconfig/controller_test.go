@@ -48,3 +48,21 @@ func TestWebhooks(t *testing.T) {
 		t.Error("a configuration without the base entry must be an error")
 	}
 }
+
+func TestValidatingWebhooks(t *testing.T) {
+	base := admissionregistrationv1.ValidatingWebhook{Name: BaseValidatingWebhookName}
+	got, err := ValidatingWebhooks([]admissionregistrationv1.ValidatingWebhook{base, {Name: EntryName("stale")}}, []string{"app.kubernetes.io/component"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *base.DeepCopy()
+	want.Name = EntryName("app.kubernetes.io/component")
+	want.ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "app.kubernetes.io/component", Operator: metav1.LabelSelectorOpExists},
+		{Key: "wavegate.io/group", Operator: metav1.LabelSelectorOpDoesNotExist},
+		{Key: "wavegate.io/wait-job", Operator: metav1.LabelSelectorOpDoesNotExist},
+	}}
+	if diff := cmp.Diff([]admissionregistrationv1.ValidatingWebhook{base, want}, got); diff != "" {
+		t.Errorf("(-want,+got):\n%s", diff)
+	}
+}

@@ -47,6 +47,17 @@ func TestPolicyGroupLabelReachesTheWebhook(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 
+	// The DELETE check sees such members too (a foreground deletion of one is checked).
+	g.Eventually(func(g Gomega) []string {
+		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: "validating-webhook-configuration"}, cfg)).To(Succeed())
+		var names []string
+		for _, w := range cfg.Webhooks {
+			names = append(names, w.Name)
+		}
+		return names
+	}).WithTimeout(10 * time.Second).Should(ContainElement(webhookconfig.EntryName(component)))
+
 	// Deleting the policy removes the entry: the label means nothing to wavegate again.
 	g.Expect(env.Client.Delete(ctx, p)).To(Succeed())
 	g.Eventually(func(g Gomega) {
