@@ -76,7 +76,9 @@ const DefaultWebhookConfigurationName = "wavegate-mutating-webhook-configuration
 
 // ValidatingName is the name of the ValidatingWebhookConfiguration installed beside a
 // MutatingWebhookConfiguration: config/ names them <prefix>mutating-... and <prefix>validating-....
-func ValidatingName(mutating string) string { return strings.Replace(mutating, "mutating", "validating", 1) }
+func ValidatingName(mutating string) string {
+	return strings.Replace(mutating, "mutating", "validating", 1)
+}
 
 // CacheOptions restricts the manager's cache to what wavegate manages: its own webhook
 // configuration, not every one in the cluster.
