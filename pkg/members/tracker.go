@@ -169,9 +169,9 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// selector selects the objects whose group the label carries. Objects with wavegate.io/group are
-// left to that label's informer, so each object is tracked once.
-func selector(label string) string {
+// Selector selects the objects whose group the label carries. Objects with wavegate.io/group are
+// left to that label's selector, so each object is selected once.
+func Selector(label string) string {
 	req, _ := labels.NewRequirement(label, selection.Exists, nil)
 	sel := labels.NewSelector().Add(*req)
 	if label != keys.GroupLabel {
@@ -182,7 +182,7 @@ func selector(label string) string {
 }
 
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
-	sel := selector(label)
+	sel := Selector(label)
 	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
 		cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
@@ -389,7 +389,7 @@ func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) 
 			ns = namespace
 		}
 		for _, l := range labelKeys {
-			list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: selector(l)})
+			list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
 			if err != nil {
 				return nil, fmt.Errorf("listing %s: %w", k.GVR, err)
 			}

@@ -92,9 +92,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ms := make([]Member, 0, len(objs))
 	mos := make([]memberObject, 0, len(objs))
+	// A claim's readiness depends on its StorageClass (WaitForFirstConsumer): read from the cache.
+	env := readiness.ClientEnv{Reader: r.Client, Ctx: ctx}
 	for _, o := range objs {
 		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.labels(ctx, o.GetNamespace())); ok {
-			m.Ready = ptr.To(checker(idx, m).Check(o.Unstructured))
+			m.Ready = ptr.To(checker(idx, m).CheckIn(o.Unstructured, env))
 			ms = append(ms, m)
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
 		}

@@ -10,19 +10,18 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
-	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
+	"wavegate.io/wavegate/pkg/resolve"
 	"wavegate.io/wavegate/pkg/sequence"
 )
 
@@ -146,7 +145,30 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 	}
 	var policies wavev1.WavePolicyList
 	_ = c.Client.List(ctx, &policies)
-	checker, _ := readiness.NewChecker(wavev1.Readiness{})
+	// Groups and readiness are resolved exactly as admission and the controller do: every policy
+	// group label, the policies that apply to each namespace, their readiness rules.
+	idx := policy.Compile(policies.Items)
+	env := readiness.ClientEnv{Reader: c.Client, Ctx: ctx}
+	nsLabels := map[string]map[string]string{}
+	resolution := func(o *unstructured.Unstructured, namespaced bool) *resolve.Resolution {
+		ns := ""
+		if namespaced {
+			ns = o.GetNamespace()
+			if _, ok := nsLabels[ns]; !ok {
+				n := &corev1.Namespace{}
+				if err := c.Client.Get(ctx, client.ObjectKey{Name: ns}, n); err == nil {
+					nsLabels[ns] = n.Labels
+				} else {
+					nsLabels[ns] = nil
+				}
+			}
+		}
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels[ns], Labels: o.GetLabels()}, idx)
+		if len(errs) > 0 {
+			return nil
+		}
+		return res
+	}
 	kinds, err := c.kinds()
 	if err != nil {
 		return nil, err
@@ -157,11 +179,11 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 		if name != "" && seq != name {
 			continue
 		}
-		objs, err := c.members(ctx, kinds, seq)
+		objs, err := c.members(ctx, kinds, seq, idx.GroupLabels())
 		if err != nil {
 			return nil, err
 		}
-		if namespace != "" && seq != namespace && !slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetNamespace() == namespace }) {
+		if namespace != "" && seq != namespace && !slices.ContainsFunc(objs, func(o memberObject) bool { return o.GetNamespace() == namespace }) {
 			continue
 		}
 		rs := Sequence{Name: seq, Ready: true}
@@ -177,10 +199,15 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 			gs := Group{Name: g.Name, Order: g.Order, Phase: string(g.Phase), Ready: g.Ready, Members: g.Members, WaitJob: g.WaitJob,
 				GatedPods: g.GatedPods, Terminating: g.Terminating, Held: g.Held, Message: g.Message}
 			for _, o := range objs {
-				if o.GetLabels()[keys.GroupLabel] != g.Name && groupOf(o, policies.Items) != g.Name {
+				res := resolution(o.Unstructured, o.namespaced)
+				if res == nil || res.Group != g.Name {
 					continue
 				}
-				r := checker.Check(o)
+				checker := idx.Checker("")
+				if res.Policy != nil {
+					checker = idx.Checker(res.Policy.Policy)
+				}
+				r := checker.CheckIn(o.Unstructured, env)
 				gs.Objects = append(gs.Objects, Object{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(),
 					Ready: string(r.Status), Message: r.Message, Deleting: o.GetDeletionTimestamp() != nil})
 			}
@@ -195,41 +222,29 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 	return out, nil
 }
 
-func groupOf(o *unstructured.Unstructured, policies []wavev1.WavePolicy) string {
-	for _, p := range policies {
-		if l := p.Spec.GroupLabel; l != "" {
-			if v, ok := o.GetLabels()[l]; ok {
-				return v
-			}
-		}
-	}
-	return ""
+func (c *Collector) kinds() ([]members.Kind, error) {
+	return members.Discover(c.Discovery, "list")
 }
 
-func (c *Collector) kinds() ([]schema.GroupVersionResource, error) {
-	kinds, err := members.Discover(c.Discovery, "list")
-	if err != nil {
-		return nil, err
-	}
-	out := make([]schema.GroupVersionResource, len(kinds))
-	for i, k := range kinds {
-		out[i] = k.GVR
-	}
-	return out, nil
+type memberObject struct {
+	*unstructured.Unstructured
+	namespaced bool
 }
 
-func (c *Collector) members(ctx context.Context, kinds []schema.GroupVersionResource, seq string) ([]*unstructured.Unstructured, error) {
-	req, _ := labels.NewRequirement(keys.GroupLabel, selection.Exists, nil)
-	var out []*unstructured.Unstructured
+// members lists the members of a sequence by every group label, as the controller's tracker does.
+func (c *Collector) members(ctx context.Context, kinds []members.Kind, seq string, groupLabels []string) ([]memberObject, error) {
+	var out []memberObject
 	for _, k := range kinds {
-		list, err := c.Dynamic.Resource(k).List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
-		if err != nil {
-			continue // a kind we may not list: leave it out
-		}
-		for i := range list.Items {
-			o := &list.Items[i]
-			if members.IsMember(o) && members.SequenceOf(o) == seq {
-				out = append(out, o)
+		for _, l := range groupLabels {
+			list, err := c.Dynamic.Resource(k.GVR).List(ctx, metav1.ListOptions{LabelSelector: members.Selector(l)})
+			if err != nil {
+				break // a kind we may not list: leave it out
+			}
+			for i := range list.Items {
+				o := &list.Items[i]
+				if members.IsMember(o) && members.SequenceOf(o) == seq {
+					out = append(out, memberObject{o, k.Namespaced})
+				}
 			}
 		}
 	}

@@ -1,6 +1,8 @@
 // Package waiter is `wavegate wait`: the program a group's wait Job runs. It watches the group's
 // members and exits as soon as all of them are ready (exit 0), when one fails for good (exit 3) or
 // when the timeout passes (exit 2). It uses watches, never polling, and prints one line per change.
+// When a member is a PersistentVolumeClaim it also watches StorageClasses, which decide whether a
+// Pending claim waits for its first consumer (readiness.Env).
 package waiter
 
 import (
@@ -10,9 +12,13 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -116,6 +122,19 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		default:
 		}
 	}
+	var env readiness.Env
+	if hasClaims(o.Members) {
+		w, err := watchStorageClasses(ctx, client, notify)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-w.settled:
+		case <-ctx.Done():
+			return finish(ctx, o)
+		}
+		env = readiness.FuncEnv(w.list)
+	}
 	stores := map[scope]cache.Store{}
 	for _, m := range o.Members {
 		sc := scope{m.GVR, m.Namespace}
@@ -139,7 +158,7 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 
 	last := ""
 	for {
-		ready, lines, failed := evaluate(o, stores)
+		ready, lines, failed := evaluate(o, stores, env)
 		if line := strings.Join(lines, "; "); line != last {
 			fmt.Fprintf(o.Out, "%s %d/%d ready: %s\n", time.Now().UTC().Format(time.RFC3339), ready, len(o.Members), line)
 			last = line
@@ -171,7 +190,7 @@ func finish(ctx context.Context, o Options) error {
 
 // evaluate returns how many members are ready, one line per member that is not, and a terminal
 // failure if any.
-func evaluate(o Options, stores map[scope]cache.Store) (int, []string, error) {
+func evaluate(o Options, stores map[scope]cache.Store, env readiness.Env) (int, []string, error) {
 	ready := 0
 	var lines []string
 	var failed error
@@ -181,7 +200,7 @@ func evaluate(o Options, stores map[scope]cache.Store) (int, []string, error) {
 			lines = append(lines, m.display()+": not found")
 			continue
 		}
-		res := o.Checker.Check(item.(*unstructured.Unstructured))
+		res := o.Checker.CheckIn(item.(*unstructured.Unstructured), env)
 		if res.Status == readiness.Ready {
 			ready++
 			continue
@@ -200,4 +219,95 @@ func key(m Member) string {
 		return m.Name
 	}
 	return m.Namespace + "/" + m.Name
+}
+
+var (
+	claims         = schema.GroupResource{Resource: "persistentvolumeclaims"}
+	storageClasses = schema.GroupVersionResource{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}
+)
+
+func hasClaims(members []Member) bool {
+	for _, m := range members {
+		if m.GVR.GroupResource() == claims {
+			return true
+		}
+	}
+	return false
+}
+
+// classWatch is a watch on StorageClasses that tolerates not being allowed to list them: the
+// waiter's access to StorageClasses is granted by another controller and may come late. Until the
+// watch has listed the classes, every lookup fails with the last error (Forbidden), which leaves a
+// Pending claim in progress with a message saying its class could not be read; the watch keeps
+// retrying and re-evaluates the members once it succeeds.
+type classWatch struct {
+	inf     cache.SharedIndexInformer
+	settled chan struct{} // closed on the first list, or the first error
+	once    sync.Once
+	mu      sync.Mutex
+	err     error
+}
+
+func watchStorageClasses(ctx context.Context, client dynamic.Interface, notify func()) (*classWatch, error) {
+	w := &classWatch{
+		inf:     dynamicinformer.NewFilteredDynamicInformer(client, storageClasses, "", 0, cache.Indexers{}, nil).Informer(),
+		settled: make(chan struct{}),
+	}
+	if _, err := w.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify() },
+		UpdateFunc: func(any, any) { notify() },
+		DeleteFunc: func(any) { notify() },
+	}); err != nil {
+		return nil, fmt.Errorf("watching %s: %w", storageClasses, err)
+	}
+	if err := w.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		w.mu.Lock()
+		w.err = err
+		if se := (*apierrors.StatusError)(nil); errors.As(err, &se) {
+			w.err = se // "storageclasses.storage.k8s.io is forbidden: ...", without the reflector's wrapping
+		}
+		w.mu.Unlock()
+		w.settle()
+		notify()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}); err != nil {
+		return nil, fmt.Errorf("watching %s: %w", storageClasses, err)
+	}
+	go w.inf.RunWithContext(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+			w.settle()
+			// With no StorageClasses at all, nothing else would announce the list.
+			notify()
+		}
+	}()
+	return w, nil
+}
+
+func (w *classWatch) settle() { w.once.Do(func() { close(w.settled) }) }
+
+// list is a readiness.FuncEnv.
+func (w *classWatch) list() ([]storagev1.StorageClass, error) {
+	if !w.inf.HasSynced() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.err != nil {
+			return nil, w.err
+		}
+		return nil, errors.New("StorageClasses not listed yet")
+	}
+	items := w.inf.GetStore().List()
+	out := make([]storagev1.StorageClass, 0, len(items))
+	for _, item := range items {
+		u, ok := item.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var sc storagev1.StorageClass
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &sc); err != nil {
+			return nil, fmt.Errorf("StorageClass %s: %w", u.GetName(), err)
+		}
+		out = append(out, sc)
+	}
+	return out, nil
 }

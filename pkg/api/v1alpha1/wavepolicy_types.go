@@ -100,6 +100,11 @@ type Readiness struct {
 	// +optional
 	AssumeReadyWithoutConditions bool `json:"assumeReadyWithoutConditions,omitempty"`
 
+	// LoadBalancerIngress makes a Service of type LoadBalancer ready only once its
+	// status.loadBalancer.ingress lists an address. Off by default: a Service is ready once created.
+	// +optional
+	LoadBalancerIngress bool `json:"loadBalancerIngress,omitempty"`
+
 	// Rules give per-kind CEL expressions over the object (as `self`), like Flux's healthCheckExprs.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64

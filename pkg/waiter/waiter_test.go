@@ -1,0 +1,199 @@
+package waiter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/readiness"
+)
+
+func parse(t *testing.T, doc string) *unstructured.Unstructured {
+	t.Helper()
+	var raw json.RawMessage
+	if err := utilyaml.NewYAMLToJSONDecoder(strings.NewReader(doc)).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// output collects the progress lines and reports when one contains a string.
+type output struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	watch string
+	seen  chan struct{}
+}
+
+func newOutput(watch string) *output { return &output{watch: watch, seen: make(chan struct{})} }
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, err := o.buf.Write(p)
+	if o.watch != "" && strings.Contains(o.buf.String(), o.watch) {
+		close(o.seen)
+		o.watch = ""
+	}
+	return n, err
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+const (
+	pendingClaim = `
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: ns}
+spec: {storageClassName: wffc, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+status: {phase: Pending}`
+	wffcClass = `
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: wffc}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer`
+)
+
+var (
+	claimGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+	claim    = Member{GVR: claimGVR, Namespace: "ns", Name: "data"}
+)
+
+func newClient(t *testing.T, objs ...string) *dynamicfake.FakeDynamicClient {
+	t.Helper()
+	var parsed []runtime.Object
+	for _, o := range objs {
+		parsed = append(parsed, parse(t, o))
+	}
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		claimGVR:       "PersistentVolumeClaimList",
+		storageClasses: "StorageClassList",
+	}, parsed...)
+}
+
+func options(t *testing.T, out *output, timeout time.Duration, members ...Member) Options {
+	t.Helper()
+	c, err := readiness.NewChecker(wavev1.Readiness{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Options{Sequence: "s", Group: "g", Members: members, Checker: c, Timeout: timeout, Out: out}
+}
+
+func forbidden() error {
+	return apierrors.NewForbidden(schema.GroupResource{Group: "storage.k8s.io", Resource: "storageclasses"}, "",
+		errors.New(`User "system:serviceaccount:ns:wavegate-waiter" cannot list resource "storageclasses"`))
+}
+
+// A claim that waits for its first consumer releases its group: the consumer may be in a later one.
+func TestWaitClaimWaitingForItsFirstConsumer(t *testing.T) {
+	out := newOutput("")
+	err := Wait(context.Background(), newClient(t, pendingClaim, wffcClass), options(t, out, 10*time.Second, claim))
+	if err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), `group "g" is ready`) {
+		t.Errorf("output does not say the group is ready:\n%s", out)
+	}
+}
+
+// The claim is re-evaluated when its StorageClass appears: the waiter watches StorageClasses too.
+func TestWaitClaimWhoseClassAppearsLater(t *testing.T) {
+	client := newClient(t, pendingClaim)
+	out := newOutput("StorageClass wffc not found")
+	done := make(chan error, 1)
+	go func() { done <- Wait(context.Background(), client, options(t, out, 10*time.Second, claim)) }()
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("Wait() = %v before the class existed; output:\n%s", err, out)
+	}
+	if _, err := client.Resource(storageClasses).Create(context.Background(), parse(t, wffcClass), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+}
+
+// Without access to StorageClasses a pending claim stays in progress, saying why.
+func TestWaitStorageClassesForbidden(t *testing.T) {
+	client := newClient(t, pendingClaim, wffcClass)
+	client.PrependReactor("list", "storageclasses", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, forbidden()
+	})
+	out := newOutput("")
+	err := Wait(context.Background(), client, options(t, out, 2*time.Second, claim))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Wait() = %v, want ErrTimeout; output:\n%s", err, out)
+	}
+	if want := "StorageClass wffc could not be read: storageclasses.storage.k8s.io is forbidden"; !strings.Contains(out.String(), want) {
+		t.Errorf("output does not contain %q:\n%s", want, out)
+	}
+}
+
+// Access granted late (the RBAC controller is another process): the waiter keeps trying and
+// releases the group once it can read the class.
+func TestWaitStorageClassesForbiddenThenAllowed(t *testing.T) {
+	client := newClient(t, pendingClaim, wffcClass)
+	var allowed atomic.Bool
+	client.PrependReactor("list", "storageclasses", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if allowed.Load() {
+			return false, nil, nil
+		}
+		return true, nil, forbidden()
+	})
+	out := newOutput("could not be read")
+	done := make(chan error, 1)
+	go func() { done <- Wait(context.Background(), client, options(t, out, 30*time.Second, claim)) }()
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("Wait() = %v while forbidden; output:\n%s", err, out)
+	}
+	allowed.Store(true)
+	if err := <-done; err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+}
+
+// Without claims among the members the waiter does not touch StorageClasses.
+func TestWaitWithoutClaimsDoesNotReadStorageClasses(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		cms: "ConfigMapList", storageClasses: "StorageClassList",
+	}, parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	client.PrependReactor("*", "storageclasses", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		t.Errorf("unexpected %s on storageclasses", a.GetVerb())
+		return true, nil, forbidden()
+	})
+	out := newOutput("")
+	if err := Wait(context.Background(), client, options(t, out, 10*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"})); err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+}
