@@ -54,19 +54,7 @@ func TestHelmCLIInstallUpgradeUninstall(t *testing.T) {
 			t.Fatalf("helm %v: %v\n%s", args, err, out)
 		}
 	}
-	ready := func() bool {
-		seq, err := dyn.Resource(schema.GroupVersionResource{Group: "wavegate.io", Version: "v1alpha1", Resource: "sequences"}).Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		conds, _, _ := unstructuredSlice(seq.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
-	}
+	ready := func() bool { return sequenceReady(ctx, dyn, ns) }
 
 	helm("install", "cli", "chart", "--wait", "--timeout", "3m")
 	// --wait returns once kstatus calls every object Current: the operator, whose pods were gated

@@ -66,19 +66,7 @@ func TestHelmInstallUninstallRoundTrip(t *testing.T) {
 
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	// The instances group is released once the operator is ready and the Widgets report Ready.
-	waitFor(t, "the sequence to be released", func() bool {
-		seq, err := dyn.Resource(schema.GroupVersionResource{Group: "wavegate.io", Version: "v1alpha1", Resource: "sequences"}).Get(ctx, ns, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		conds, _, _ := unstructuredSlice(seq.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the sequence to be released", func() bool { return sequenceReady(ctx, dyn, ns) })
 
 	uninstall := action.NewUninstall(cfg)
 	uninstall.WaitStrategy, uninstall.DeletionPropagation = kube.HookOnlyStrategy, "background"
@@ -134,6 +122,21 @@ func TestMain(m *testing.M) {
 	root := filepath.Join("..", "..", "..")
 	_ = exec.Command(filepath.Join(os.Getenv("KUBE_BIN"), "kubectl"), "delete", "-f", filepath.Join(root, "examples", "widgets", "crd.yaml"), "--wait=false").Run()
 	os.Exit(code)
+}
+
+// sequenceReady reports whether the Sequence of a namespace has Ready=True: every group released.
+func sequenceReady(ctx context.Context, dyn dynamic.Interface, seq string) bool {
+	s, err := dyn.Resource(schema.GroupVersionResource{Group: "wavegate.io", Version: "v1alpha1", Resource: "sequences"}).Get(ctx, seq, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	conds, _, _ := unstructuredSlice(s.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
