@@ -27,7 +27,8 @@ type LaterGroups interface {
 	Later(sequence string, order int32) (groups []string, remaining int32)
 }
 
-// NamespaceSource reads namespaces from memory.
+// NamespaceSource reads namespaces from the manager's cache (a namespace the cache has not seen yet
+// with one GET).
 type NamespaceSource interface {
 	// Terminating reports whether a namespace is being deleted.
 	Terminating(namespace string) bool

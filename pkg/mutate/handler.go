@@ -1,6 +1,7 @@
 // Package mutate is wavegate's mutating admission webhook. It stamps the derived waves and group
-// identity on group members. It is pure: it reads the compiled policies from memory, never calls
-// the API server and never creates objects, so it is safe under server-side dry-run.
+// identity on group members. It is pure: it reads the compiled policies and namespaces from memory
+// (a namespace created a moment ago with one GET), writes nothing and never creates objects, so it
+// is safe under server-side dry-run.
 package mutate
 
 import (
