@@ -169,6 +169,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 		return nil, err
 	}
 	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
+	tracker.InScope = func(ns string) bool { return namespaces.optedIn(ns, cfg.Namespace) }
+	namespaces.onOptIn = tracker.Rescope
 	// A new CRD is a new kind whose objects may be members: rediscover at once.
 	if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
 		return refreshOnCRDs(ctx, mgr, perms, tracker)
@@ -301,6 +303,20 @@ type cachedNamespaces struct {
 	cache  cache.Cache
 	live   client.Reader
 	synced atomic.Bool
+	// onOptIn is called when a namespace opts in.
+	onOptIn func()
+}
+
+// optedIn reports whether wavegate acts on a namespace's objects.
+func (n *cachedNamespaces) optedIn(name, own string) bool {
+	if name == "kube-system" || name == own {
+		return false
+	}
+	ns := &corev1.Namespace{}
+	if err := n.cache.Get(context.Background(), client.ObjectKey{Name: name}, ns); err != nil {
+		return true // unknown (not cached yet): keep the whole object, as before this filter
+	}
+	return ns.Labels[keys.EnabledLabel] == "true"
 }
 
 // Labels returns a namespace's labels.
@@ -325,6 +341,15 @@ func (n *cachedNamespaces) NeedLeaderElection() bool { return false }
 func (n *cachedNamespaces) Start(ctx context.Context) error {
 	inf, err := n.cache.GetInformer(ctx, &corev1.Namespace{})
 	if err != nil {
+		return fmt.Errorf("watching namespaces: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(oldObj, newObj any) {
+		o, okO := oldObj.(*corev1.Namespace)
+		c, okN := newObj.(*corev1.Namespace)
+		if okO && okN && n.onOptIn != nil && o.Labels[keys.EnabledLabel] != "true" && c.Labels[keys.EnabledLabel] == "true" {
+			n.onOptIn()
+		}
+	}}); err != nil {
 		return fmt.Errorf("watching namespaces: %w", err)
 	}
 	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {

@@ -83,6 +83,12 @@ type Tracker struct {
 	CanWatch func(group, resource string) bool
 	// Ready, when set, is waited for before the first discovery (the permission review).
 	Ready func() bool
+	// InScope says whether wavegate acts on a namespace's objects. Objects of other namespaces are
+	// kept as metadata only (what releasing a finalizer needs); when a namespace comes into scope,
+	// Rescope re-lists. Nil: every namespace.
+	InScope func(namespace string) bool
+
+	rescope chan struct{}
 
 	refreshing sync.Mutex
 	mu         sync.RWMutex
@@ -122,7 +128,35 @@ func (t *Tracker) Start(ctx context.Context) error {
 			if err := t.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds")
 			}
+		case <-t.rescopeC():
+			// A namespace came into scope: its objects are cached as metadata only; re-list them.
+			t.mu.Lock()
+			for key, tr := range t.informers {
+				tr.cancel()
+				delete(t.informers, key)
+			}
+			t.mu.Unlock()
+			if err := t.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Re-listing members after a namespace opted in")
+			}
 		}
+	}
+}
+
+func (t *Tracker) rescopeC() chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.rescope == nil {
+		t.rescope = make(chan struct{}, 1)
+	}
+	return t.rescope
+}
+
+// Rescope asks the tracker to re-list every member: a namespace came into scope. It does not block.
+func (t *Tracker) Rescope() {
+	select {
+	case t.rescopeC() <- struct{}{}:
+	default:
 	}
 }
 
@@ -186,7 +220,7 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
 		cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
 		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
-	_ = inf.SetTransform(strip)
+	_ = inf.SetTransform(t.strip)
 	notify := func(obj any) {
 		if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = o.Obj
@@ -210,9 +244,23 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 	return &tracked{kind: k, informer: inf, cancel: cancel}
 }
 
-// strip drops what wavegate never reads, before the object enters the cache.
-func strip(obj any) (any, error) {
+// strip drops what wavegate never reads, before the object enters the cache; of an object in a
+// namespace out of scope it keeps only the metadata.
+func (t *Tracker) strip(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if ns := u.GetNamespace(); ns != "" && t.InScope != nil && !t.InScope(ns) {
+			stub := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind()}}
+			stub.SetName(u.GetName())
+			stub.SetNamespace(ns)
+			stub.SetUID(u.GetUID())
+			stub.SetResourceVersion(u.GetResourceVersion())
+			stub.SetGeneration(u.GetGeneration())
+			stub.SetLabels(u.GetLabels())
+			stub.SetFinalizers(u.GetFinalizers())
+			stub.SetOwnerReferences(u.GetOwnerReferences())
+			stub.SetDeletionTimestamp(u.GetDeletionTimestamp())
+			return stub, nil
+		}
 		u.SetManagedFields(nil)
 		if a := u.GetAnnotations(); a != nil {
 			if _, ok := a["kubectl.kubernetes.io/last-applied-configuration"]; ok {

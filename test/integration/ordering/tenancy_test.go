@@ -121,7 +121,26 @@ func TestNothingHappensOutsideOptedInNamespaces(t *testing.T) {
 		g.Expect(env.Client.List(ctx, &rbs, client.InNamespace(ns))).To(Succeed())
 		g.Expect(rbs.Items).To(BeEmpty())
 	}
+	cm.Data = map[string]string{"secret-ish": "value"}
+	g.Expect(env.Client.Update(ctx, cm)).To(Succeed())
 	g.Consistently(func(g Gomega) { untouched(g, ns.Name) }).WithTimeout(3 * time.Second).Should(Succeed())
+	// The tracker keeps only its metadata; opting the namespace in re-lists it in full.
+	cached := func(g Gomega) map[string]any {
+		for _, o := range mgr.Wavegate.Members.Members(ns.Name) {
+			if o.GetName() == "db" {
+				return o.Object
+			}
+		}
+		g.Expect("db").To(BeEmpty(), "the ConfigMap is not tracked")
+		return nil
+	}
+	g.Eventually(func(g Gomega) map[string]any { return cached(g) }).WithTimeout(timeout).ShouldNot(HaveKey("data"))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(ns), ns)).To(Succeed())
+	ns.Labels = map[string]string{keys.EnabledLabel: "true"}
+	g.Expect(env.Client.Update(ctx, ns)).To(Succeed())
+	g.Eventually(func(g Gomega) map[string]any { return cached(g) }).WithTimeout(timeout).Should(HaveKey("data"))
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, ns.Name).Status.Summary }).WithTimeout(timeout).
+		Should(HavePrefix("database 1/1"))
 
 	// Opted in: a Sequence and a wait Job; opted out again: both go, and the finalizer is released.
 	in := namespace(t)
