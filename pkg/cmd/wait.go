@@ -1,8 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 
@@ -10,7 +8,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/waiter"
 )
@@ -36,50 +33,32 @@ func newWaitCommand() *cobra.Command {
 // NewWaitCommand returns `wavegate wait` with the client it watches through and where it prints;
 // a test harness runs wait Jobs in-process with it.
 func NewWaitCommand(newClient func() (dynamic.Interface, error), out io.Writer) *cobra.Command {
-	var (
-		o         waiter.Options
-		members   []string
-		readyJSON string
-	)
+	var a waiter.Args
+	var raw *waiter.RawArgs
 	c := &cobra.Command{
 		Use:   "wait --sequence S --group G --member group/version/resource/namespace/name ...",
 		Short: "Wait until every member of a group is ready (what a group's wait Job runs)",
 		Long: "Exit codes: 0 ready, 2 timed out, 3 a member failed for good (a failed Job or pod), 1 any other error.\n" +
 			"Progress is printed one line per change.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for _, m := range members {
-				parsed, err := waiter.ParseMember(m)
-				if err != nil {
-					return &exitError{waiter.ExitError, err}
-				}
-				o.Members = append(o.Members, parsed)
+			if err := a.Complete(raw); err != nil {
+				return &exitError{waiter.ExitError, err}
 			}
-			var r wavev1.Readiness
-			if readyJSON != "" {
-				if err := json.Unmarshal([]byte(readyJSON), &r); err != nil {
-					return &exitError{waiter.ExitError, fmt.Errorf("--readiness: %w", err)}
-				}
-			}
-			checker, err := readiness.NewChecker(r)
+			checker, err := readiness.NewChecker(a.Readiness)
 			if err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
-			o.Checker, o.Out = checker, out
 			client, err := newClient()
 			if err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
+			o := waiter.Options{Sequence: a.Sequence, Group: a.Group, Members: a.Members, Checker: checker, Timeout: a.Timeout, Out: out}
 			if err := waiter.Wait(cmd.Context(), client, o); err != nil {
 				return &exitError{waiter.ExitCode(err), err}
 			}
 			return nil
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&o.Sequence, "sequence", "", "the sequence")
-	f.StringVar(&o.Group, "group", "", "the group")
-	f.StringArrayVar(&members, "member", nil, "a member to wait for: group/version/resource/namespace/name (repeatable)")
-	f.StringVar(&readyJSON, "readiness", "", "the policy's readiness settings as JSON")
-	f.DurationVar(&o.Timeout, "timeout", 0, "give up after this long (exit 2)")
+	raw = a.AddFlags(c.Flags())
 	return c
 }

@@ -2,7 +2,6 @@ package sequence
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -32,6 +31,7 @@ import (
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
+	"wavegate.io/wavegate/pkg/waiter"
 )
 
 const (
@@ -227,17 +227,15 @@ func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) error 
 
 // waitJob builds the wait Job of a group's current revision.
 func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
-	args := []string{"wait", "--sequence", seq, "--group", g.Name}
+	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
-		args = append(args, "--member", strings.Join([]string{m.GVR.Group, m.GVR.Version, m.GVR.Resource, m.Namespace, m.Name}, "/"))
+		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name})
 		if m.Namespace == "" || m.Namespace == g.JobNamespace {
 			owners = append(owners, metav1.OwnerReference{APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, UID: m.UID})
 		}
 	}
-	if rd, err := json.Marshal(g.Readiness); err == nil && string(rd) != "{}" {
-		args = append(args, "--readiness", string(rd))
-	}
+	args := wa.Encode()
 	deadline := int64(g.Timeout.Seconds())
 	if deadline < 1 {
 		deadline = 1

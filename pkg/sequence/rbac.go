@@ -66,15 +66,11 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			continue
 		}
 		want.accounts[j.Namespace] = true
-		args := j.Spec.Template.Spec.Containers[0].Args
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] != "--member" {
-				continue
-			}
-			m, err := waiter.ParseMember(args[i+1])
-			if err != nil {
-				continue
-			}
+		args, err := waiter.ParseArgs(j.Spec.Template.Spec.Containers[0].Args)
+		if err != nil {
+			continue // not a wait Job wavegate made
+		}
+		for _, m := range args.Members {
 			if want.rules[m.Namespace] == nil {
 				want.rules[m.Namespace] = map[string]bool{}
 				want.subjects[m.Namespace] = map[string]bool{}

@@ -1,0 +1,90 @@
+package waiter
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+)
+
+// Command is the subcommand a wait Job runs.
+const Command = "wait"
+
+// Args are the arguments of `wavegate wait`, the one encoding of what a wait Job waits for: the
+// controller encodes them into the Job's container, the command and the waiter RBAC controller
+// parse them back with ParseArgs.
+type Args struct {
+	Sequence, Group string
+	Members         []Member
+	Readiness       wavev1.Readiness
+	// Timeout bounds the wait when run by hand; wait Jobs leave it to activeDeadlineSeconds.
+	Timeout time.Duration
+}
+
+// Encode returns the container arguments: the subcommand, then the flags.
+func (a Args) Encode() []string {
+	out := []string{Command, "--sequence", a.Sequence, "--group", a.Group}
+	for _, m := range a.Members {
+		out = append(out, "--member", m.String())
+	}
+	if rd, err := json.Marshal(a.Readiness); err == nil && string(rd) != "{}" {
+		out = append(out, "--readiness", string(rd))
+	}
+	if a.Timeout > 0 {
+		out = append(out, "--timeout", a.Timeout.String())
+	}
+	return out
+}
+
+// RawArgs holds the flag values that Complete decodes.
+type RawArgs struct {
+	members   []string
+	readiness string
+}
+
+// AddFlags binds the flags of `wavegate wait` to a; call Complete after parsing.
+func (a *Args) AddFlags(fs *pflag.FlagSet) *RawArgs {
+	raw := &RawArgs{}
+	fs.StringVar(&a.Sequence, "sequence", "", "the sequence")
+	fs.StringVar(&a.Group, "group", "", "the group")
+	fs.StringArrayVar(&raw.members, "member", nil, "a member to wait for: group/version/resource/namespace/name (repeatable)")
+	fs.StringVar(&raw.readiness, "readiness", "", "the policy's readiness settings as JSON")
+	fs.DurationVar(&a.Timeout, "timeout", 0, "give up after this long (exit 2)")
+	return raw
+}
+
+// Complete decodes the members and readiness settings into a.
+func (a *Args) Complete(raw *RawArgs) error {
+	a.Members = nil
+	for _, m := range raw.members {
+		parsed, err := ParseMember(m)
+		if err != nil {
+			return err
+		}
+		a.Members = append(a.Members, parsed)
+	}
+	a.Readiness = wavev1.Readiness{}
+	if raw.readiness != "" {
+		if err := json.Unmarshal([]byte(raw.readiness), &a.Readiness); err != nil {
+			return fmt.Errorf("--readiness: %w", err)
+		}
+	}
+	return nil
+}
+
+// ParseArgs parses container arguments (Encode's output) back.
+func ParseArgs(args []string) (Args, error) {
+	if len(args) == 0 || args[0] != Command {
+		return Args{}, fmt.Errorf("not a %q command: %v", Command, args)
+	}
+	var a Args
+	fs := pflag.NewFlagSet(Command, pflag.ContinueOnError)
+	raw := a.AddFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return Args{}, err
+	}
+	return a, a.Complete(raw)
+}

@@ -1,0 +1,38 @@
+package waiter
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+)
+
+func TestArgsRoundTrip(t *testing.T) {
+	cases := map[string]Args{
+		"members and readiness": {Sequence: "shop", Group: "database",
+			Members: []Member{{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, Namespace: "shop", Name: "db"},
+				{GVR: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, Name: "widgets.example.com"}},
+			Readiness: wavev1.Readiness{AssumeReadyWithoutConditions: true, Rules: []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "true"}}}},
+		"nothing but the group": {Sequence: "s", Group: "g"},
+		"a timeout by hand":     {Sequence: "s", Group: "g", Timeout: 90 * time.Second},
+	}
+	for name, want := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseArgs(want.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("round trip (-want,+got):\n%s", diff)
+			}
+		})
+	}
+	for _, bad := range [][]string{nil, {"status"}, {"wait", "--member", "not-a-member"}, {"wait", "--readiness", "{"}} {
+		if _, err := ParseArgs(bad); err == nil {
+			t.Errorf("ParseArgs(%q) accepted garbage", bad)
+		}
+	}
+}
