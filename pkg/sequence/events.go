@@ -1,0 +1,94 @@
+package sequence
+
+// Events on the members of waiting groups.
+
+import (
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/metrics"
+	"wavegate.io/wavegate/pkg/readiness"
+)
+
+func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
+	if r.Recorder == nil {
+		return
+	}
+	before := map[string]wavev1.GroupStatus{}
+	for _, g := range prev.Status.Groups {
+		before[g.Name] = g
+	}
+	byGroup := map[string][]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if g := o.GetLabels()[keys.GroupLabel]; g != "" {
+			byGroup[g] = append(byGroup[g], o.Unstructured)
+		}
+	}
+	var blocker *Group
+	for _, g := range plan {
+		msg := eventMessage(g, blocker)
+		if old, ok := before[g.Name]; !ok || old.Message != g.Message || old.Phase != g.Phase || old.Ready != readyCount(blocker) {
+			typ, reason := corev1.EventTypeNormal, ReasonWaitingForGroup
+			switch g.Phase {
+			case wavev1.GroupReleased:
+				reason = ReasonGroupReleased
+			case wavev1.GroupTimedOut:
+				typ, reason = corev1.EventTypeWarning, ReasonGroupTimedOut
+			case wavev1.GroupFailed:
+				typ, reason = corev1.EventTypeWarning, ReasonGroupFailed
+			}
+			if typ == corev1.EventTypeWarning && (!ok || old.Phase != g.Phase) {
+				metrics.WaitJobFailures.WithLabelValues(string(g.Phase)).Inc()
+			}
+			// The blocking group's wait Job is the related object: events about different blockers are
+			// kept apart by the events API instead of being folded into one series.
+			var related runtime.Object
+			if b := blocker; b != nil && b.JobName != "" {
+				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: b.JobNamespace, Name: b.JobName}}
+			} else if g.JobName != "" {
+				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: g.JobNamespace, Name: g.JobName}}
+			}
+			for i, o := range byGroup[g.Name] {
+				if i == 10 {
+					break // enough to explain; the Sequence has the rest
+				}
+				r.Recorder.Eventf(o, related, typ, reason, "Order", "%s", msg)
+			}
+		}
+		if blocker == nil && !g.Released {
+			blocker = g
+		}
+	}
+}
+
+func readyCount(g *Group) int32 {
+	if g == nil {
+		return 0
+	}
+	return countReady(g)
+}
+
+func countReady(g *Group) int32 {
+	var n int32
+	for _, m := range g.Members {
+		if m.Ready != nil && m.Ready.Status == readiness.Ready {
+			n++
+		}
+	}
+	return n
+}
+
+func eventMessage(g, blocker *Group) string {
+	if blocker != nil {
+		return fmt.Sprintf("group %s waits for group %s: %d/%d members ready", g.Name, blocker.Name, countReady(blocker), len(blocker.Members))
+	}
+	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
+}

@@ -1,0 +1,195 @@
+package sequence
+
+// The Sequence status: groups, conditions, cleared templates, metrics.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/metrics"
+)
+
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardownResult, inversions []Inversion, prev *wavev1.Sequence) error {
+	seqObj := prev
+	if prev.Name == "" {
+		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
+		if err := r.Client.Create(ctx, seqObj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Sequence %s: %w", seqObj.Name, err)
+		}
+	}
+	before := seqObj.DeepCopy()
+	cleared := map[string][]string{}
+	for _, g := range prev.Status.Groups {
+		cleared[g.Name] = g.ClearedTemplates
+	}
+	var groups []wavev1.GroupStatus
+	var summary []string
+	allReleased := true
+	for _, g := range plan {
+		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
+			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
+			Terminating: td.terminating[g.Name], Held: td.held[g.Name]}
+		if g.JobName != "" && g.JobState != JobMissing {
+			gs.WaitJob = g.JobNamespace + "/" + g.JobName
+		}
+		if g.Open {
+			gs.ClearedTemplates = r.clearedTemplates(ctx, seq, g.Name, append(cleared[g.Name], u.released[g.Name]...))
+		}
+		groups = append(groups, gs)
+		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
+		allReleased = allReleased && g.Released
+	}
+	// Groups whose every object is being deleted are no longer planned, but teardown still orders
+	// them: they stay in the status (and in what admission reads) until they are gone.
+	for name, n := range td.terminating {
+		if !slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
+			groups = append(groups, wavev1.GroupStatus{Name: name, Order: terminatingOrder(prev, name), Phase: wavev1.GroupTerminating,
+				Terminating: n, Held: td.held[name], Message: "being deleted"})
+		}
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })
+	seqObj.Status.Groups = groups
+	waiting, held := 0, int32(0)
+	for _, g := range groups {
+		metrics.GatedPods.WithLabelValues(seq, g.Name).Set(float64(g.GatedPods))
+		if g.Phase != wavev1.GroupReleased {
+			waiting++
+		}
+		held += g.Held
+	}
+	metrics.GroupsWaiting.WithLabelValues(seq).Set(float64(waiting))
+	metrics.TeardownHolds.WithLabelValues(seq).Set(float64(held))
+	seqObj.Status.Summary = strings.Join(summary, ", ")
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Released", Message: "every group is released"}
+	if !allReleased {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Waiting", seqObj.Status.Summary
+		for _, g := range plan {
+			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {
+				cond.Reason, cond.Message = string(g.Phase), fmt.Sprintf("group %s: %s", g.Name, g.Message)
+				break
+			}
+		}
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, cond)
+	holdCond := teardownCondition(td.holds)
+	if prevHold := meta.FindStatusCondition(before.Status.Conditions, ConditionTeardownHeld); holdCond.Status == metav1.ConditionTrue &&
+		(prevHold == nil || prevHold.Message != holdCond.Message) && r.Recorder != nil {
+		// The held objects' namespaces may be terminating and refuse Events: the cluster-scoped
+		// Sequence says it.
+		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeNormal, ReasonTeardownHeld, "Teardown", "%s", holdCond.Message)
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, holdCond)
+	invCond := inversionCondition(inversions)
+	if prevInv := meta.FindStatusCondition(before.Status.Conditions, ConditionDependencyInversion); invCond.Status == metav1.ConditionTrue &&
+		(prevInv == nil || prevInv.Message != invCond.Message) && r.Recorder != nil {
+		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeWarning, ReasonDependencyInversion, "Order", "%s", invCond.Message)
+		for _, inv := range inversions {
+			r.event(inv.Member.object(), corev1.EventTypeWarning, ReasonDependencyInversion, "%s", inv.Message())
+		}
+	}
+	meta.SetStatusCondition(&seqObj.Status.Conditions, invCond)
+	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
+	}
+	return nil
+}
+
+func inversionCondition(inversions []Inversion) metav1.Condition {
+	if len(inversions) == 0 {
+		return metav1.Condition{Type: ConditionDependencyInversion, Status: metav1.ConditionFalse, Reason: "NoInversion",
+			Message: "no member waits on an object of a later group"}
+	}
+	msgs := make([]string, len(inversions))
+	for i, inv := range inversions {
+		msgs[i] = inv.Message()
+	}
+	return metav1.Condition{Type: ConditionDependencyInversion, Status: metav1.ConditionTrue, Reason: ReasonDependencyInversion,
+		Message: strings.Join(msgs, "; ")}
+}
+
+// ConditionTeardownHeld is True while teardown holds a deleted member of the sequence.
+const ConditionTeardownHeld = "TeardownHeld"
+
+func teardownCondition(holds []string) metav1.Condition {
+	if len(holds) == 0 {
+		return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionFalse, Reason: "NothingHeld", Message: "no deleted member is held"}
+	}
+	holds = slices.Clone(holds)
+	sort.Strings(holds)
+	return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionTrue, Reason: ReasonTeardownHeld, Message: strings.Join(holds, "; ")}
+}
+
+// clearedTemplates returns the templates of an open group whose new pods start without a gate:
+// those already cleared, plus the templates of its pods that are running without the gate.
+func (r *Reconciler) clearedTemplates(ctx context.Context, seq, group string, before []string) []string {
+	set := map[string]bool{}
+	for _, t := range before {
+		set[t] = true
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}, client.MatchingLabels{keys.GroupLabel: group}); err == nil {
+		for i := range pods.Items {
+			if t := TemplateToken(&pods.Items[i]); t != "" && !hasGate(&pods.Items[i]) {
+				set[t] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// terminatingOrder is the order a group had in the last status.
+func terminatingOrder(prev *wavev1.Sequence, group string) int32 {
+	for _, g := range prev.Status.Groups {
+		if g.Name == group {
+			return g.Order
+		}
+	}
+	return 0
+}
+
+func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) error {
+	if s.Name == "" {
+		return nil
+	}
+	return r.Client.Delete(ctx, s)
+}
+
+// observeReleases records, for each group whose pods were just ungated, the time since the wait
+// Job of the group that released it completed.
+func observeReleases(plan []*Group, jobs []batchv1.Job, u *ungated, now time.Time) {
+	completed := map[string]time.Time{}
+	for _, j := range jobs {
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+				completed[j.Namespace+"/"+j.Name] = c.LastTransitionTime.Time
+			}
+		}
+	}
+	var last time.Time
+	for _, g := range plan {
+		if len(u.released[g.Name]) > 0 && !last.IsZero() {
+			metrics.ReleaseLatency.Observe(now.Sub(last).Seconds())
+		}
+		if t, ok := completed[g.JobNamespace+"/"+g.JobName]; ok && t.After(last) {
+			last = t
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package sequence
+
+// Ungating: removing the scheduling gate from the pods of open groups, and releasing what
+// wavegate holds outside opted-in namespaces.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/patch"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+// TemplateToken identifies the pod template a pod was made from: its controller's UID and the
+// template hash the controller stamps. Bare pods have none.
+func TemplateToken(o metav1.Object) string {
+	c := metav1.GetControllerOfNoCopy(o)
+	if c == nil {
+		return ""
+	}
+	l := o.GetLabels()
+	for _, k := range []string{"pod-template-hash", "controller-revision-hash"} {
+		if v, ok := l[k]; ok {
+			return string(c.UID) + "/" + v
+		}
+	}
+	return string(c.UID)
+}
+
+// ungated is what ungate did: pods still gated per group, and the templates it released.
+type ungated struct {
+	gated    map[string]int32
+	released map[string][]string
+}
+
+// freshView plans a sequence on a consistent read of its members and wait Jobs from the API
+// server: the second opinion of the opener.
+type freshView struct {
+	r     *Reconciler
+	seq   string
+	idx   *policy.Index
+	scope *scope
+}
+
+func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
+	objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, "")
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := f.r.waitJobs(ctx, f.seq)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Member, 0, len(objs))
+	for _, o := range objs {
+		if !f.scope.optedIn(ctx, nsOf(o.Kind, o)) {
+			continue
+		}
+		if m, ok := toMember(o.Kind, o, f.idx, f.scope.labels(ctx, o.GetNamespace())); ok {
+			ms = append(ms, m)
+		}
+	}
+	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs), f.r.Namespace)), nil
+}
+
+// ungate removes the gate from the pods of open groups, deciding through the opener: a lagging
+// cache (an earlier group's objects created a moment before the pods) never releases a pod early.
+func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ungated, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
+	gated := out.gated
+	var candidates []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !hasGate(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		group := p.Labels[keys.GroupLabel]
+		if gate.CachedOpen(group) {
+			candidates = append(candidates, p)
+		} else {
+			gated[group]++
+		}
+	}
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	for _, p := range candidates {
+		group := p.Labels[keys.GroupLabel]
+		open, err := gate.Open(group)
+		if err != nil {
+			return nil, err
+		}
+		if !open {
+			gated[group]++
+			continue
+		}
+		if err := r.removeGate(ctx, p); err != nil {
+			return nil, err
+		}
+		if t := TemplateToken(p); t != "" {
+			out.released[group] = append(out.released[group], t)
+		}
+	}
+	return out, nil
+}
+
+// releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
+// the teardown finalizers of members and the scheduling gates of pods.
+func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []members.Object, sc *scope) error {
+	for _, o := range outside {
+		if hasFinalizer(o) {
+			if err := r.releaseFinalizer(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
+				return err
+			}
+		}
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp == nil && !sc.optedIn(ctx, p.Namespace) {
+			if err := r.removeGate(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func hasGate(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == keys.SchedulingGate {
+			return true
+		}
+	}
+	return false
+}
+
+// removeGate removes wavegate's gate with a JSON patch that first tests the gate is where it was
+// seen, so a concurrent change of the gates makes the patch fail instead of removing another gate.
+func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
+	for i, g := range p.Spec.SchedulingGates {
+		if g.Name != keys.SchedulingGate {
+			continue
+		}
+		at := r.now().UTC().Format(time.RFC3339Nano)
+		ops := patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})
+		if p.Annotations == nil {
+			ops = append(ops, patch.Add("/metadata/annotations", map[string]string{keys.ReleasedAtAnnotation: at}))
+		} else {
+			ops = append(ops, patch.Add(patch.Pointer("/metadata/annotations", keys.ReleasedAtAnnotation), at))
+		}
+		body, err := patch.Marshal(ops...)
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
+		}
+		return nil
+	}
+	return nil
+}

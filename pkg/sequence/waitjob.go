@@ -1,0 +1,138 @@
+package sequence
+
+// Wait Jobs: listing them, reading their state, building, creating and pruning them.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/resolve"
+	"wavegate.io/wavegate/pkg/waiter"
+)
+
+func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, error) {
+	var list batchv1.JobList
+	if err := r.Client.List(ctx, &list, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
+		return nil, fmt.Errorf("listing wait Jobs: %w", err)
+	}
+	return list.Items, nil
+}
+
+func jobStates(jobs []batchv1.Job) JobStates {
+	byKey := map[string]*batchv1.Job{}
+	for i := range jobs {
+		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
+	}
+	return func(ns, name string) JobState {
+		j, ok := byKey[ns+"/"+name]
+		if !ok {
+			return JobMissing
+		}
+		return StateOf(j)
+	}
+}
+
+// StateOf reads a wait Job's state from its conditions.
+func StateOf(j *batchv1.Job) JobState {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return JobComplete
+		case batchv1.JobFailed:
+			// The Job's activeDeadlineSeconds is the group's timeout: the Job controller then fails
+			// it with DeadlineExceeded. Any other failure is a member that failed for good.
+			if c.Reason == batchv1.JobReasonDeadlineExceeded {
+				return JobTimedOut
+			}
+			return JobFailed
+		}
+	}
+	return JobRunning
+}
+
+func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) error {
+	job := r.waitJob(seq, g)
+	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision)
+	return nil
+}
+
+// waitJob builds the wait Job of a group's current revision.
+func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
+	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
+	var owners []metav1.OwnerReference
+	for _, m := range g.Members {
+		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name})
+		if m.Namespace == "" || m.Namespace == g.JobNamespace {
+			owners = append(owners, metav1.OwnerReference{APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, UID: m.UID})
+		}
+	}
+	args := wa.Encode()
+	deadline := int64(g.Timeout.Seconds())
+	if deadline < 1 {
+		deadline = 1
+	}
+	// The Job's activeDeadlineSeconds is the only clock: the Job controller then fails the Job
+	// with reason DeadlineExceeded, which is how a timeout is told from a failure.
+	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq, keys.WaitRevisionLabel: g.Revision}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: g.JobName, Namespace: g.JobNamespace, Labels: labels, OwnerReferences: owners,
+			Annotations: map[string]string{keys.ArgoCDSyncWaveAnnotation: strconv.Itoa(int(resolve.WaitJobWave(g.Order)))},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: &deadline,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: WaiterServiceAccount,
+					RestartPolicy:      corev1.RestartPolicyNever,
+					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{
+						Name: "wait", Image: r.Image, Args: args,
+						Resources: corev1.ResourceRequirements{},
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
+	current := map[string]bool{}
+	for _, g := range plan {
+		if g.JobName != "" {
+			current[g.JobNamespace+"/"+g.JobName] = true
+		}
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if current[j.Namespace+"/"+j.Name] || j.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting stale wait Job %s: %w", klog.KObj(j), err)
+		}
+	}
+	return nil
+}
