@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/patch"
 )
 
@@ -101,7 +102,7 @@ func (s *SelfManaged) Reconcile(ctx context.Context) error {
 	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Secret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Secret, Namespace: s.Namespace,
-			Labels: map[string]string{"app.kubernetes.io/name": "wavegate"}}, Type: corev1.SecretTypeTLS}
+			Labels: map[string]string{keys.NameLabel: "wavegate"}}, Type: corev1.SecretTypeTLS}
 		if err := s.issue(sec, true); err != nil {
 			return err
 		}

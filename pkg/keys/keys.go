@@ -66,7 +66,30 @@ const (
 
 	// FieldManager is the field manager of every write wavegate's controllers make.
 	FieldManager = "wavegate"
+
+	// PodSequenceIndex indexes cached member pods by sequence; SequenceIndex indexes tracked
+	// members by sequence.
+	PodSequenceIndex = Domain + "/pod-sequence"
+	SequenceIndex    = Domain + "/sequence"
 )
+
+// Keys of Kubernetes and common tools that wavegate reads or writes.
+const (
+	// TemplateHashLabels are the labels in which workload controllers stamp a pod's template: the
+	// ReplicaSet's pod-template-hash, the StatefulSet's or DaemonSet's controller-revision-hash.
+	PodTemplateHashLabel        = "pod-template-hash"
+	ControllerRevisionHashLabel = "controller-revision-hash"
+	// LastAppliedAnnotation is kubectl's client-side apply record: never cached.
+	LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+	// ManagedByLabel and NameLabel are the recommended app labels on what wavegate creates.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	NameLabel      = "app.kubernetes.io/name"
+	// NamespaceControllerUser is kube-controller-manager's namespace controller.
+	NamespaceControllerUser = "system:serviceaccount:kube-system:namespace-controller"
+)
+
+// TemplateHashLabels lists the template labels in the order they are read.
+var TemplateHashLabels = []string{PodTemplateHashLabel, ControllerRevisionHashLabel}
 
 const (
 	// WavesPerGroup is the width of a group in waves: wave = group order x WavesPerGroup + order.

@@ -118,7 +118,7 @@ func slimPod(obj any) (any, error) {
 		return obj, nil
 	}
 	p.ManagedFields = nil
-	delete(p.Annotations, "kubectl.kubernetes.io/last-applied-configuration")
+	delete(p.Annotations, keys.LastAppliedAnnotation)
 	p.Spec = corev1.PodSpec{SchedulingGates: p.Spec.SchedulingGates, NodeName: p.Spec.NodeName}
 	p.Status = corev1.PodStatus{Phase: p.Status.Phase}
 	return p, nil

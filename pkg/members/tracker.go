@@ -27,7 +27,7 @@ import (
 )
 
 // SequenceIndex indexes tracked objects by the sequence they belong to.
-const SequenceIndex = "wavegate.io/sequence"
+const SequenceIndex = keys.SequenceIndex
 
 // Skipped reports whether objects of a resource are never group members: derived objects that
 // inherit a member's labels (EndpointSlices copy a Service's, ControllerRevisions a StatefulSet's)
@@ -263,8 +263,8 @@ func (t *Tracker) strip(obj any) (any, error) {
 		}
 		u.SetManagedFields(nil)
 		if a := u.GetAnnotations(); a != nil {
-			if _, ok := a["kubectl.kubernetes.io/last-applied-configuration"]; ok {
-				delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+			if _, ok := a[keys.LastAppliedAnnotation]; ok {
+				delete(a, keys.LastAppliedAnnotation)
 				u.SetAnnotations(a)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
@@ -137,7 +138,7 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 }
 
 // namespaceController is the identity of kube-controller-manager's namespace controller.
-const namespaceController = "system:serviceaccount:kube-system:namespace-controller"
+const namespaceController = keys.NamespaceControllerUser
 
 // namespaceLabels returns the labels of a namespace when resolution needs them.
 func namespaceLabels(ns NamespaceSource, idx *policy.Index, namespace string) (map[string]string, error) {

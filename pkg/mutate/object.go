@@ -146,7 +146,7 @@ func (o *partialObject) templateToken() string {
 	if o.Controller == "" {
 		return ""
 	}
-	for _, k := range []string{"pod-template-hash", "controller-revision-hash"} {
+	for _, k := range keys.TemplateHashLabels {
 		if v, ok := o.Labels[k]; ok {
 			return o.Controller + "/" + v
 		}

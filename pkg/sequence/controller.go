@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/metrics"
 	"wavegate.io/wavegate/pkg/policy"
@@ -21,7 +22,7 @@ import (
 
 const (
 	// PodSequenceIndex indexes cached pods by sequence.
-	PodSequenceIndex = "wavegate.io/pod-sequence"
+	PodSequenceIndex = keys.PodSequenceIndex
 	// WaiterServiceAccount runs wait Jobs.
 	WaiterServiceAccount = "wavegate-waiter"
 )

@@ -94,7 +94,7 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 }
 
 func managedLabels() map[string]string {
-	return map[string]string{keys.WaiterRBACLabel: "true", "app.kubernetes.io/managed-by": "wavegate"}
+	return map[string]string{keys.WaiterRBACLabel: "true", keys.ManagedByLabel: "wavegate"}
 }
 
 func policyRules(resources map[string]bool) []rbacv1.PolicyRule {

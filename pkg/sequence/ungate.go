@@ -29,7 +29,7 @@ func TemplateToken(o metav1.Object) string {
 		return ""
 	}
 	l := o.GetLabels()
-	for _, k := range []string{"pod-template-hash", "controller-revision-hash"} {
+	for _, k := range keys.TemplateHashLabels {
 		if v, ok := l[k]; ok {
 			return string(c.UID) + "/" + v
 		}
