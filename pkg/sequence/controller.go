@@ -2,6 +2,8 @@ package sequence
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -96,16 +98,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		mos[i].Open = open[mos[i].Resolution.Group]
 	}
 	inversions := Inversions(mos)
-	td, err := r.teardown(ctx, seq, objs, idx, sc)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 
 	prev := &wavev1.Sequence{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
-	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 {
+	// Teardown and creation ordering are independent steps: a failed teardown step (a cleanup LIST,
+	// say) does not stop wait Jobs and ungating, nor the other way round. Every step runs, the
+	// status is written from what they did, and their errors are returned together (a retry).
+	var errs []error
+	td, err := r.teardown(ctx, seq, objs, idx, sc)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("teardown: %w", err))
+	}
+	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil {
 		metrics.Forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
@@ -113,30 +119,42 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
-	for _, g := range plan {
-		// A group whose members are being deleted gets no new wait Job: its revision is not final.
-		if g.Open && g.JobName != "" && g.JobState == JobMissing && td.terminating[g.Name] == 0 {
-			open, err := gate.Open(g.Name)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			if open {
-				if err := r.createJob(ctx, seq, g); err != nil {
-					return ctrl.Result{}, err
-				}
-			}
-		}
+	if err := r.openJobs(ctx, seq, plan, gate, td); err != nil {
+		errs = append(errs, err)
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
-		return ctrl.Result{}, err
+		errs = append(errs, err)
 	}
 	gated, err := r.ungate(ctx, seq, gate)
 	if err != nil {
-		return ctrl.Result{}, err
+		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, gated, r.now())
 	r.emitEvents(plan, prev, objs)
-	return ctrl.Result{RequeueAfter: td.requeue}, r.writeStatus(ctx, seq, plan, gated, td, inversions, prev)
+	if err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
+		errs = append(errs, err)
+	}
+	return ctrl.Result{RequeueAfter: td.requeue}, errors.Join(errs...)
+}
+
+// openJobs creates the wait Job of every group the opener opens.
+func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, gate *opener, td *teardownResult) error {
+	for _, g := range plan {
+		// A group whose members are being deleted gets no new wait Job: its revision is not final.
+		if !g.Open || g.JobName == "" || g.JobState != JobMissing || td.terminating[g.Name] > 0 {
+			continue
+		}
+		open, err := gate.Open(g.Name)
+		if err != nil {
+			return err
+		}
+		if open {
+			if err := r.createJob(ctx, seq, g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {

@@ -62,7 +62,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 	for _, o := range r.Tracker.NonMembers(seq) {
 		if hasFinalizer(o) {
 			if err := r.releaseFinalizer(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
-				return nil, err
+				return out, err
 			}
 		}
 	}
@@ -77,7 +77,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 			if hasFinalizer(o) {
 				// Labels that no longer resolve cannot be ordered: never strand the object.
 				if err := r.releaseFinalizer(ctx, o, "its labels no longer name a valid group"); err != nil {
-					return nil, err
+					return out, err
 				}
 			}
 			continue
@@ -93,7 +93,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		}
 		if reason, release := r.orderingOff(ctx, o); release {
 			if err := r.releaseFinalizer(ctx, o.Object, reason); err != nil {
-				return nil, err
+				return out, err
 			}
 			continue
 		}
@@ -102,7 +102,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		}
 		held, why, requeue, err := r.hold(ctx, seq, o, all, idx, sc)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		if held {
 			out.held[o.res.Group]++
@@ -115,7 +115,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 			continue
 		}
 		if err := r.removeFinalizer(ctx, o.Object); err != nil {
-			return nil, err
+			return out, err
 		}
 		r.event(o.Unstructured, corev1.EventTypeNormal, ReasonTeardownReleased, "every later group of sequence %s is gone: deletion continues", seq)
 	}

@@ -75,12 +75,13 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 
 // ungate removes the gate from the pods of open groups, deciding through the opener: a lagging
 // cache (an earlier group's objects created a moment before the pods) never releases a pod early.
+// On an error it returns what it did so far.
 func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ungated, error) {
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return out, fmt.Errorf("listing pods: %w", err)
 	}
-	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
 	gated := out.gated
 	var candidates []*corev1.Pod
 	for i := range pods.Items {
@@ -102,14 +103,14 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ung
 		group := p.Labels[keys.GroupLabel]
 		open, err := gate.Open(group)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
 		if !open {
 			gated[group]++
 			continue
 		}
 		if err := r.removeGate(ctx, p); err != nil {
-			return nil, err
+			return out, err
 		}
 		if t := TemplateToken(p); t != "" {
 			out.released[group] = append(out.released[group], t)
