@@ -75,6 +75,10 @@ bench-scale: envtest-assets ## Manager heap with 10k labeled workloads and 50k p
 bench-ordering: envtest-assets ## Release latency and waiter detection through a real API server.
 	WAVEGATE_TEST_LOG_LEVEL=-5 KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test ./test/integration/ordering/ -run '^$$' -bench . -benchtime 10x -count 3
 
+.PHONY: bench-release
+bench-release: cluster-assets build ## Release latency per group boundary on the local cluster, with vs without wavegate (~5 min).
+	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/bench.sh
+
 ##@ Local cluster
 
 .PHONY: dev-up

@@ -181,7 +181,7 @@ metadata:
 	}
 }
 
-func writeTemp(t *testing.T, manifests string) string {
+func writeTemp(t testing.TB, manifests string) string {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "m.yaml")
 	if err := os.WriteFile(f, []byte(manifests), 0o600); err != nil {

@@ -1,0 +1,175 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"wavegate.io/wavegate/pkg/keys"
+)
+
+// chainApp is a namespace with groups one-Deployment groups of the given replicas, group orders
+// 0..groups-1, applied in one kubectl apply.
+func chainApp(ns string, optedIn bool, groups, replicas int) string {
+	var b strings.Builder
+	label := ""
+	if optedIn {
+		label = `, labels: {wavegate.io/enabled: "true"}`
+	}
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata: {name: %s%s}\n", ns, label)
+	for i := range groups {
+		fmt.Fprintf(&b, `---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: g%[2]d
+  namespace: %[1]s
+  labels: {wavegate.io/group: g%[2]d, wavegate.io/group-order: "%[2]d"}
+spec:
+  replicas: %[3]d
+  selector: {matchLabels: {app: g%[2]d}}
+  template:
+    metadata: {labels: {app: g%[2]d}}
+    spec: {containers: [{name: c, image: app}]}
+`, ns, i, replicas)
+	}
+	return b.String()
+}
+
+// podTimes records, from a watch, when each pod of a namespace was first seen without wavegate's
+// gate (released) and first seen Ready, by group (the app label).
+type podTimes struct {
+	mu       sync.Mutex
+	released map[string][]time.Time
+	ready    map[string][]time.Time
+	seen     map[string]bool
+	readySet map[string]bool
+}
+
+func watchPods(ctx context.Context, t testing.TB, ns string) *podTimes {
+	pt := &podTimes{released: map[string][]time.Time{}, ready: map[string][]time.Time{}, seen: map[string]bool{}, readySet: map[string]bool{}}
+	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now, group := time.Now(), p.Labels["app"]
+			pt.mu.Lock()
+			if !pt.seen[p.Name] && !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == keys.SchedulingGate }) {
+				pt.seen[p.Name] = true
+				pt.released[group] = append(pt.released[group], now)
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && !pt.readySet[p.Name] {
+					pt.readySet[p.Name] = true
+					pt.ready[group] = append(pt.ready[group], now)
+				}
+			}
+			pt.mu.Unlock()
+		}
+	}()
+	return pt
+}
+
+// waitReady waits until every pod of every group is ready and returns when the last one was.
+func (pt *podTimes) waitReady(t testing.TB, groups, replicas int) time.Time {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		pt.mu.Lock()
+		n, last := 0, time.Time{}
+		for g := range groups {
+			ts := pt.ready[fmt.Sprintf("g%d", g)]
+			n += min(len(ts), replicas)
+			for _, x := range ts {
+				if x.After(last) {
+					last = x
+				}
+			}
+		}
+		pt.mu.Unlock()
+		if n == groups*replicas {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("not every pod was ready within 5 minutes")
+	return time.Time{}
+}
+
+// boundaries returns, per group boundary, the time from the last pod of group i being ready to the
+// first pod of group i+1 being released.
+func (pt *podTimes) boundaries(groups int) []time.Duration {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	var out []time.Duration
+	for g := 0; g+1 < groups; g++ {
+		ready := slices.MaxFunc(pt.ready[fmt.Sprintf("g%d", g)], func(a, b time.Time) int { return a.Compare(b) })
+		next := slices.MinFunc(pt.released[fmt.Sprintf("g%d", g+1)], func(a, b time.Time) int { return a.Compare(b) })
+		out = append(out, next.Sub(ready))
+	}
+	return out
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkReleaseLatency applies chains of one-Deployment groups at once, in an opted-in namespace
+// and in one that is not, on the local cluster (real kube-controller-manager and scheduler, kwok
+// nodes, wait-Job pods run for real), and reports per group boundary the time from the last pod of
+// a group being ready to the first pod of the next one being released (p50, p99), and the total
+// added time per boundary against the namespace without wavegate. Run with `make bench-release`.
+func BenchmarkReleaseLatency(b *testing.B) {
+	for _, c := range []struct{ groups, replicas int }{{3, 2}, {10, 2}, {30, 2}, {2, 100}} {
+		b.Run(fmt.Sprintf("groups=%d/replicas=%d", c.groups, c.replicas), func(b *testing.B) {
+			var all []time.Duration
+			var added time.Duration
+			for i := range b.N {
+				ctx, cancel := context.WithCancel(context.Background())
+				elapsed := map[bool]time.Duration{}
+				for _, optedIn := range []bool{false, true} {
+					ns := fmt.Sprintf("bench-%d-%d-%d-%v", c.groups, c.replicas, i, optedIn)
+					f := writeTemp(b, chainApp(ns, optedIn, c.groups, c.replicas))
+					pt := watchPods(ctx, b, ns)
+					start := time.Now()
+					if out, err := exec.Command(kubectl, "apply", "-f", f).CombinedOutput(); err != nil {
+						b.Fatalf("%v: %s", err, out)
+					}
+					elapsed[optedIn] = pt.waitReady(b, c.groups, c.replicas).Sub(start)
+					if optedIn {
+						all = append(all, pt.boundaries(c.groups)...)
+					}
+					_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=false").Run()
+				}
+				added += (elapsed[true] - elapsed[false]) / time.Duration(c.groups-1)
+				cancel()
+			}
+			b.ReportMetric(float64(percentile(all, 0.5).Milliseconds()), "p50-ms/boundary")
+			b.ReportMetric(float64(percentile(all, 0.99).Milliseconds()), "p99-ms/boundary")
+			b.ReportMetric(float64((added / time.Duration(b.N)).Milliseconds()), "added-ms/boundary")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
