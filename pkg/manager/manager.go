@@ -183,9 +183,19 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := sequence.IndexPods(context.Background(), mgr); err != nil {
 		return nil, err
 	}
+	// Wait Jobs' pods, in a cache of their own (the manager's pod cache holds member pods only).
+	waitPods, err := cache.New(mgr.GetConfig(), cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {
+			Label: labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"}), Transform: slimPod}}})
+	if err != nil {
+		return nil, fmt.Errorf("creating the wait-Job pod cache: %w", err)
+	}
+	if err := mgr.Add(waitPods); err != nil {
+		return nil, fmt.Errorf("adding the wait-Job pod cache: %w", err)
+	}
 	if err := (&sequence.Reconciler{
 		Client: mgr.GetClient(), Tracker: tracker, Policies: store, Recorder: mgr.GetEventRecorder("wavegate"),
-		Image: cfg.WaiterImage, Namespace: cfg.Namespace,
+		Image: cfg.WaiterImage, Namespace: cfg.Namespace, WaitPods: waitPods,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -56,6 +57,9 @@ type Reconciler struct {
 	Namespace string
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+	// WaitPods reads wait Jobs' pods (a cache of pods labeled keys.WaitJobLabel); nil releases on
+	// the Jobs' Complete condition only.
+	WaitPods cache.Cache
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -89,7 +93,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
 		}
 	}
-	plan := Plan(seq, ms, idx, jobStates(jobs), r.Namespace)
+	succeeded, err := r.succeededWaiters(ctx, seq)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := Plan(seq, ms, idx, jobStates(jobs, succeeded), r.Namespace)
 	open := map[string]bool{}
 	for _, g := range plan {
 		open[g.Name] = g.Open

@@ -92,7 +92,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		p, ok := o.(*corev1.Pod)
 		return ok && (hasGate(p) || p.DeletionTimestamp != nil)
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.WaitPods != nil {
+		// A wait-Job pod that succeeded releases the next group without waiting for the Job
+		// controller to mark the Job Complete.
+		b = b.WatchesRawSource(source.Kind(r.WaitPods, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(
+			func(_ context.Context, p *corev1.Pod) []reconcile.Request {
+				if s, ok := p.Labels[keys.WaitSequenceLabel]; ok && p.Status.Phase == corev1.PodSucceeded {
+					return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: s}}}
+				}
+				return nil
+			})))
+	}
+	return b.
 		Named("sequence").
 		WatchesRawSource(source.TypedFunc[reconcile.Request](src.start)).
 		Watches(&batchv1.Job{}, bySequenceLabel).

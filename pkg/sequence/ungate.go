@@ -70,7 +70,11 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 			ms = append(ms, m)
 		}
 	}
-	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs), f.r.Namespace)), nil
+	succeeded, err := f.r.succeededWaiters(ctx, f.seq)
+	if err != nil {
+		return nil, err
+	}
+	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace)), nil
 }
 
 // ungate removes the gate from the pods of open groups, deciding through the opener: a lagging

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,7 +30,31 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 	return list.Items, nil
 }
 
-func jobStates(jobs []batchv1.Job) JobStates {
+// succeededWaiters returns the UIDs of the wait Jobs of a sequence whose pod has succeeded: the
+// waiter exited 0, so every member was ready. It is the same evidence as the Job's Complete
+// condition, which the Job controller writes only after batching pod updates (about a second
+// later): releasing on it takes that second off every group boundary.
+func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[types.UID]bool, error) {
+	if r.WaitPods == nil {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := r.WaitPods.List(ctx, &pods, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
+		return nil, fmt.Errorf("listing wait-Job pods: %w", err)
+	}
+	out := map[types.UID]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == "Job" && p.Status.Phase == corev1.PodSucceeded {
+			out[c.UID] = true
+		}
+	}
+	return out, nil
+}
+
+// jobStates reads wait Jobs' states: from their conditions, and a Job still running whose pod
+// succeeded is complete.
+func jobStates(jobs []batchv1.Job, succeeded map[types.UID]bool) JobStates {
 	byKey := map[string]*batchv1.Job{}
 	for i := range jobs {
 		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
@@ -39,7 +64,11 @@ func jobStates(jobs []batchv1.Job) JobStates {
 		if !ok {
 			return JobMissing
 		}
-		return StateOf(j)
+		s := StateOf(j)
+		if s == JobRunning && succeeded[j.UID] {
+			return JobComplete
+		}
+		return s
 	}
 }
 
@@ -100,7 +129,7 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 			BackoffLimit:          ptr.To[int32](0),
 			ActiveDeadlineSeconds: &deadline,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: WaiterServiceAccount,
 					RestartPolicy:      corev1.RestartPolicyNever,

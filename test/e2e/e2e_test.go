@@ -16,6 +16,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,11 +84,9 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	for _, j := range jobs.Items {
 		g.Expect(j.Status.CompletionTime).NotTo(BeNil(), "wait Job %s did not complete", j.Name)
 		group := j.Labels[keys.WaitGroupLabel]
-		if c := j.Status.CompletionTime.Time; released[group].IsZero() || c.After(released[group]) {
-			released[group] = c // the last revision's Job is the barrier
+		if c := waiterFinished(g, j); released[group].IsZero() || c.After(released[group]) {
+			released[group] = c // the last revision's waiter is the barrier
 		}
-		logs := run(t, "get", "pods", "-n", "shop", "-l", "job-name="+j.Name, "-o", "jsonpath={.items[*].status.phase}")
-		g.Expect(logs).To(Equal("Succeeded"), "wait Job pods run for real and succeed")
 	}
 	g.Expect(released).To(HaveKey("database"))
 	g.Expect(released).To(HaveKey("migrate"))
@@ -100,7 +99,7 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 		g.Expect(scheduled.IsZero()).To(BeFalse(), "pod %s was never gated and released by wavegate", p.Name)
 		for group, at := range released {
 			if groupOrder[group] < groupOrder[p.Labels[keys.GroupLabel]] {
-				// Job completion times have one-second resolution: the same second is allowed.
+				// Container finish times have one-second resolution: the same second is allowed.
 				g.Expect(scheduled.Add(time.Second).After(at)).To(BeTrue(),
 					"pod %s of group %s was released at %s, before group %s was released at %s", p.Name, p.Labels[keys.GroupLabel], scheduled, group, at)
 				checked++
@@ -112,6 +111,23 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	run(t, "delete", "-f", example("shop"), "--wait=true", "--timeout=90s")
 	_, err = cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 	g.Expect(err).To(HaveOccurred(), "namespace shop is stuck")
+}
+
+// waiterFinished returns when a wait Job's pod, run for real, exited successfully: the barrier
+// wavegate releases the next group on (before the Job controller marks the Job Complete).
+func waiterFinished(g Gomega, j batchv1.Job) time.Time {
+	pods, err := cs.CoreV1().Pods(j.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
+	g.Expect(err).NotTo(HaveOccurred())
+	if len(pods.Items) == 0 && j.Status.CompletionTime != nil {
+		return j.Status.CompletionTime.Time // an old revision's Job whose pod is already gone
+	}
+	g.Expect(pods.Items).To(HaveLen(1))
+	p := pods.Items[0]
+	g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "wait Job pods run for real and succeed")
+	g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+	term := p.Status.ContainerStatuses[0].State.Terminated
+	g.Expect(term).NotTo(BeNil())
+	return term.FinishedAt.Time
 }
 
 // rewriteNamespace copies a manifest into the test's directory with another namespace.

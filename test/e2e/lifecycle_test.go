@@ -46,8 +46,10 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	var released time.Time
 	for _, j := range jobs.Items {
-		if j.Status.CompletionTime != nil && j.Status.CompletionTime.After(released) {
-			released = j.Status.CompletionTime.Time
+		if j.Status.Succeeded > 0 || j.Status.CompletionTime != nil {
+			if at := waiterFinished(g, j); at.After(released) {
+				released = at
+			}
 		}
 	}
 	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
