@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -430,27 +431,43 @@ func (t *Tracker) Kinds() []Kind {
 func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) ([]MetaObject, error) {
 	kinds := t.Kinds()
 	labelKeys := t.GroupLabels()
+	// One LIST per kind and label, a few at a time: the consistent read is on the critical path of
+	// every release, and dozens of kinds read one after the other would add up.
+	var mu sync.Mutex
 	var out []MetaObject
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(freshListConcurrency)
 	for _, k := range kinds {
 		ns := ""
 		if k.Namespaced {
 			ns = namespace
 		}
 		for _, l := range labelKeys {
-			list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
-			if err != nil {
-				return nil, fmt.Errorf("listing %s: %w", k.GVR, err)
-			}
-			for i := range list.Items {
-				o := &list.Items[i]
-				if SequenceOf(o) == sequence && IsMember(o) {
-					out = append(out, MetaObject{Kind: k, PartialObjectMetadata: o})
+			eg.Go(func() error {
+				list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
+				if err != nil {
+					return fmt.Errorf("listing %s: %w", k.GVR, err)
 				}
-			}
+				mu.Lock()
+				defer mu.Unlock()
+				for i := range list.Items {
+					o := &list.Items[i]
+					if SequenceOf(o) == sequence && IsMember(o) {
+						out = append(out, MetaObject{Kind: k, PartialObjectMetadata: o})
+					}
+				}
+				return nil
+			})
 		}
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
+
+// freshListConcurrency bounds the LISTs of one consistent read in flight.
+const freshListConcurrency = 8
 
 // MetaObject is a member's metadata with its kind.
 type MetaObject struct {
