@@ -82,7 +82,6 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	released := map[string]time.Time{}
 	for _, j := range jobs.Items {
-		g.Expect(j.Status.CompletionTime).NotTo(BeNil(), "wait Job %s did not complete", j.Name)
 		group := j.Labels[keys.WaitGroupLabel]
 		if c := waiterFinished(g, j); released[group].IsZero() || c.After(released[group]) {
 			released[group] = c // the last revision's waiter is the barrier
