@@ -162,12 +162,11 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 		return nil, fmt.Errorf("adding the namespace store: %w", err)
 	}
 	mgr.GetWebhookServer().Register(mutate.Path, &mutate.Server{Policies: store, Gates: cleared, Permissions: perms, Namespaces: namespaces})
-	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared, Namespaces: namespaces})
-
 	tracker, err := newTracker(mgr, store)
 	if err != nil {
 		return nil, err
 	}
+	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared, Namespaces: namespaces, Metadata: tracker.Metadata})
 	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
 	tracker.InScope = func(ns string) bool { return namespaces.optedIn(ns, cfg.Namespace) }
 	namespaces.onOptIn = tracker.Rescope

@@ -68,6 +68,25 @@ type tracked struct {
 	cancel   context.CancelFunc
 }
 
+// ResourceString is how a group's resources appear in the Sequence status: <group>/<version>/<resource>,
+// or <version>/<resource> for the core group.
+func ResourceString(gvr schema.GroupVersionResource) string {
+	return gvr.GroupVersion().String() + "/" + gvr.Resource
+}
+
+// ParseResource reads a resource written by ResourceString.
+func ParseResource(s string) (schema.GroupVersionResource, error) {
+	i := strings.LastIndex(s, "/")
+	if i <= 0 || i == len(s)-1 {
+		return schema.GroupVersionResource{}, fmt.Errorf("resource %q is not <group>/<version>/<resource>", s)
+	}
+	gv, err := schema.ParseGroupVersion(s[:i])
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("resource %q: %w", s, err)
+	}
+	return gv.WithResource(s[i+1:]), nil
+}
+
 // Tracker keeps label-selected informers for every listable kind and group label.
 type Tracker struct {
 	Dynamic   dynamic.Interface
@@ -429,8 +448,13 @@ func (t *Tracker) Kinds() []Kind {
 // read, for decisions that must not act on a lagging cache. namespace limits namespaced kinds to
 // one namespace ("" = all).
 func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) ([]MetaObject, error) {
-	kinds := t.Kinds()
-	labelKeys := t.GroupLabels()
+	return ListMembers(ctx, t.Metadata, t.Kinds(), t.GroupLabels(), sequence, namespace)
+}
+
+// ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,
+// straight from the API server (a consistent read). namespace limits namespaced kinds to one
+// namespace ("" = all).
+func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, labelKeys []string, sequence, namespace string) ([]MetaObject, error) {
 	// One LIST per kind and label, a few at a time: the consistent read is on the critical path of
 	// every release, and dozens of kinds read one after the other would add up.
 	var mu sync.Mutex
@@ -444,7 +468,7 @@ func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) 
 		}
 		for _, l := range labelKeys {
 			eg.Go(func() error {
-				list, err := t.Metadata.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
+				list, err := md.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
 				if err != nil {
 					return fmt.Errorf("listing %s: %w", k.GVR, err)
 				}

@@ -1,18 +1,24 @@
 package mutate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/valyala/fastjson"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
@@ -22,10 +28,12 @@ const DeletePath = "/validate-wavegate-delete"
 
 // +kubebuilder:webhook:path=/validate-wavegate-delete,mutating=false,failurePolicy=ignore,sideEffects=None,groups=*,resources=*,verbs=delete,versions=*,name=teardown.wavegate.io,admissionReviewVersions=v1,timeoutSeconds=5,matchPolicy=Equivalent
 
-// LaterGroups tells which later groups of a sequence still have objects.
+// LaterGroups tells which later groups of a sequence still have objects, as the Sequence status
+// says.
 type LaterGroups interface {
-	// Later returns the later groups (order above order) that still have objects, and how many.
-	Later(sequence string, order int32) (groups []string, remaining int32)
+	// Later returns the later groups (order above order) that still have objects, how many, and
+	// the resources of their objects; complete is false when some group does not list them.
+	Later(sequence string, order int32) (groups []string, remaining int32, resources []string, complete bool)
 }
 
 // NamespaceSource reads namespaces from the manager's cache (a namespace the cache has not seen yet
@@ -53,17 +61,24 @@ type NamespaceSource interface {
 // orders it. The kubelet, eviction (its own subresource), node drain and rollouts are never
 // refused: only deletions in a terminating namespace are, and never those of pods that are
 // already terminating or those a node makes. The check is pure: it reads Sequence status and
-// namespaces from memory, and it fails open (failurePolicy Ignore).
+// namespaces from memory, and before it refuses it confirms on a consistent read that the later
+// groups' objects still exist (the Sequence status lags the API server by a reconcile, and Argo CD
+// deletes the next wave the moment the last one is gone). It fails open (failurePolicy Ignore).
 type DeleteServer struct {
 	Policies   PolicySource
 	Later      LaterGroups
 	Namespaces NamespaceSource
-	reviews    reviewReader
+	// Metadata reads the later groups' objects for the confirmation; nil trusts the status alone.
+	Metadata metadata.Interface
+	reviews  reviewReader
 }
+
+// confirmTimeout bounds the consistent read before a refusal (the webhook's timeout is 5 s).
+const confirmTimeout = 3 * time.Second
 
 // ServeHTTP implements http.Handler.
 func (s *DeleteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.reviews.serve(w, r, s.review)
+	s.reviews.serve(w, r, func(req *fastjson.Value) (types.UID, admission.Response) { return s.review(r.Context(), req) })
 }
 
 // heldWorkloads are the controllers whose pods (and, for a Deployment, ReplicaSets) teardown keeps
@@ -73,7 +88,7 @@ var heldWorkloads = map[schema.GroupResource]map[string]bool{
 	{Group: "apps", Resource: "replicasets"}: {"Deployment": true},
 }
 
-func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Response) {
+func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) (types.UID, admission.Response) {
 	uid := types.UID(req.GetStringBytes("uid"))
 	if string(req.GetStringBytes("operation")) != "DELETE" {
 		return uid, admission.Allowed("")
@@ -117,9 +132,23 @@ func (s *DeleteServer) review(req *fastjson.Value) (types.UID, admission.Respons
 			return uid, admission.Allowed("")
 		}
 	}
-	groups, remaining := s.Later.Later(res.Sequence, res.GroupOrder)
+	groups, remaining, resources, complete := s.Later.Later(res.Sequence, res.GroupOrder)
 	if remaining == 0 {
 		return uid, admission.Allowed("")
+	}
+	if s.Metadata != nil && complete {
+		ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+		defer cancel()
+		live, n, err := s.confirm(ctx, idx, res.Sequence, res.GroupOrder, resources)
+		switch {
+		case err != nil:
+			ctrl.LoggerFrom(ctx).Error(err, "Confirming the later groups on a consistent read; refusing as the Sequence status says",
+				"sequence", res.Sequence, "group", res.Group)
+		case n == 0:
+			return uid, admission.Allowed("")
+		default:
+			groups, remaining = live, n
+		}
 	}
 	var msg string
 	if foreground {
@@ -149,6 +178,49 @@ func namespaceLabels(ns NamespaceSource, idx *policy.Index, namespace string) (m
 		return nil, errors.New("no namespace source")
 	}
 	return ns.Labels(namespace)
+}
+
+// confirm counts, on a consistent read of the given resources, the objects of a sequence's groups
+// after order that still exist, resolved as admission resolves them.
+func (s *DeleteServer) confirm(ctx context.Context, idx *policy.Index, seq string, order int32, resources []string) ([]string, int32, error) {
+	kinds := make([]members.Kind, 0, len(resources))
+	for _, r := range resources {
+		gvr, err := members.ParseResource(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		kinds = append(kinds, members.Kind{GVR: gvr})
+	}
+	objs, err := members.ListMembers(ctx, s.Metadata, kinds, idx.GroupLabels(), seq, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	groups := map[string]bool{}
+	var n int32
+	for _, o := range objs {
+		ns := o.GetNamespace()
+		var nsLabels map[string]string
+		if ns != "" && s.Namespaces != nil {
+			if nsLabels, err = s.Namespaces.Labels(ns); err != nil {
+				return nil, 0, err
+			}
+			if nsLabels[keys.EnabledLabel] != "true" {
+				continue // the controllers order only opted-in namespaces
+			}
+		}
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
+		if res == nil || len(errs) > 0 || res.Sequence != seq || res.GroupOrder <= order {
+			continue
+		}
+		groups[res.Group] = true
+		n++
+	}
+	names := make([]string, 0, len(groups))
+	for g := range groups {
+		names = append(names, g)
+	}
+	slices.Sort(names)
+	return names, n, nil
 }
 
 var errNoRequest = errors.New("the AdmissionReview has no request")

@@ -14,11 +14,11 @@ import (
 
 type laterGroups map[string]int32 // sequence -> objects of groups after order 1
 
-func (l laterGroups) Later(seq string, order int32) ([]string, int32) {
+func (l laterGroups) Later(seq string, order int32) ([]string, int32, []string, bool) {
 	if order >= 2 || l[seq] == 0 {
-		return nil, 0
+		return nil, 0, nil, true
 	}
-	return []string{"instances"}, l[seq]
+	return []string{"instances"}, l[seq], []string{"example.com/v1/widgets"}, true
 }
 
 type terminating map[string]bool

@@ -41,7 +41,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	for _, g := range plan {
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
 			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
-			Terminating: td.terminating[g.Name], Held: td.held[g.Name]}
+			Terminating: td.terminating[g.Name], Held: td.held[g.Name], Resources: sortedKeys(td.resources[g.Name])}
 		if g.JobName != "" && g.JobState != JobMissing {
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
@@ -57,7 +57,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	for name, n := range td.terminating {
 		if !slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
 			groups = append(groups, wavev1.GroupStatus{Name: name, Order: terminatingOrder(prev, name), Phase: wavev1.GroupTerminating,
-				Terminating: n, Held: td.held[name], Message: "being deleted"})
+				Terminating: n, Held: td.held[name], Resources: sortedKeys(td.resources[name]), Message: "being deleted"})
 		}
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	toolscache "k8s.io/client-go/tools/cache"
@@ -24,9 +25,10 @@ type ClearedStore struct {
 }
 
 type groupCount struct {
-	name    string
-	order   int32
-	objects int32
+	name      string
+	order     int32
+	objects   int32
+	resources []string
 }
 
 // NewClearedStore returns a store reading Sequences from c; add it to the manager.
@@ -87,7 +89,7 @@ func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {
 	var counts []groupCount
 	for _, g := range obj.Status.Groups {
 		if n := g.Members + g.Terminating; n > 0 {
-			counts = append(counts, groupCount{g.Name, g.Order, n})
+			counts = append(counts, groupCount{g.Name, g.Order, n, g.Resources})
 		}
 	}
 	s.groups[seq] = counts
@@ -123,17 +125,21 @@ func (s *ClearedStore) Synced() bool {
 	return s.synced
 }
 
-// Later returns the groups of a sequence after order that still have objects, and how many.
-func (s *ClearedStore) Later(seq string, order int32) ([]string, int32) {
+// Later returns, as the Sequence status says, the groups of a sequence after order that still
+// have objects, how many, and their resources. complete is false when a group with objects does
+// not list its resources (a status written by an older wavegate).
+func (s *ClearedStore) Later(seq string, order int32) (groups []string, remaining int32, resources []string, complete bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var names []string
-	var n int32
+	complete = true
 	for _, g := range s.groups[seq] {
 		if g.order > order {
-			names = append(names, g.name)
-			n += g.objects
+			groups = append(groups, g.name)
+			remaining += g.objects
+			resources = append(resources, g.resources...)
+			complete = complete && len(g.resources) > 0
 		}
 	}
-	return names, n
+	slices.Sort(resources)
+	return groups, remaining, slices.Compact(resources), complete
 }

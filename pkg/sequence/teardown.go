@@ -41,7 +41,9 @@ const (
 type teardownResult struct {
 	terminating map[string]int32
 	held        map[string]int32
-	requeue     time.Duration
+	// resources are the kinds of each group's objects (members and terminating ones).
+	resources map[string]map[string]bool
+	requeue   time.Duration
 	// holds says, per held object, what it waits for: it goes on the cluster-scoped Sequence,
 	// because a terminating namespace refuses new Events.
 	holds []string
@@ -56,7 +58,7 @@ type resolvedObject struct {
 // from the API server, then removes wavegate's finalizer. It also releases the finalizer wherever
 // ordering no longer applies: the namespace opted out, or the policy turned teardown off.
 func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc *scope) (*teardownResult, error) {
-	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}}
+	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}, resources: map[string]map[string]bool{}}
 	// Only members carry the finalizer; one on anything else (made by an older wavegate, say) is
 	// released at once, never left for nobody to remove.
 	for _, o := range r.Tracker.NonMembers(seq) {
@@ -83,6 +85,10 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 			continue
 		}
 		all = append(all, resolvedObject{o, res})
+		if out.resources[res.Group] == nil {
+			out.resources[res.Group] = map[string]bool{}
+		}
+		out.resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
 		if o.GetDeletionTimestamp() != nil {
 			out.terminating[res.Group]++
 		}
@@ -345,7 +351,7 @@ func (r *Reconciler) now() time.Time {
 	return time.Now()
 }
 
-func sortedKeys(m map[string]int) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -50,6 +50,13 @@ type GroupStatus struct {
 	// Held counts deleted objects of this group that teardown holds until later groups are gone.
 	// +optional
 	Held int32 `json:"held,omitempty"`
+	// Resources are the kinds of the group's objects (members and those being deleted), as
+	// <group>/<version>/<resource> ("v1/configmaps" for the core group): the DELETE check of
+	// ordered teardown confirms on a consistent read of these that a later group still has objects
+	// before it refuses a deletion.
+	// +optional
+	// +listType=set
+	Resources []string `json:"resources,omitempty"`
 	// GatedPods counts pods of this group that still carry the scheduling gate.
 	GatedPods int32 `json:"gatedPods,omitempty"`
 	// ClearedTemplates are the pod templates (controller UID and template hash) whose new pods may

@@ -2,20 +2,29 @@ package teardown
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/mutate"
+	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/sequence"
 )
 
@@ -134,10 +143,70 @@ func TestForegroundDeletionIsRefusedWhileLaterGroupsExist(t *testing.T) {
 	fg := metav1.DeletePropagationForeground
 	g.Expect(dyn.Resource(widgets).Namespace(a.ns).Delete(ctx, "w0", metav1.DeleteOptions{PropagationPolicy: &fg})).To(Succeed())
 	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
-	g.Eventually(func() error {
-		return env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))
-	}).WithTimeout(timeout).Should(Succeed())
+	// Argo CD deletes the next wave the moment the last one is gone from its cache, before
+	// wavegate's Sequence status has caught up: the check confirms on a consistent read and allows it
+	// at once.
+	g.Expect(env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+}
+
+// staleLater is a Sequence status that has not caught up: it says one Widget of group instances
+// remains, whatever the API server holds.
+type staleLater struct{}
+
+func (staleLater) Later(string, int32) ([]string, int32, []string, bool) {
+	return []string{"instances"}, 1, []string{members.ResourceString(widgets)}, true
+}
+
+type optedIn struct{}
+
+func (optedIn) Terminating(string) bool { return false }
+func (optedIn) Labels(string) (map[string]string, error) {
+	return map[string]string{keys.EnabledLabel: "true"}, nil
+}
+
+// TestDeleteCheckConfirmsOnAConsistentRead drives the DELETE check with a Sequence status that
+// lags the API server: it refuses a foreground deletion of the operator only while a Widget of the
+// later group really exists.
+func TestDeleteCheckConfirmsOnAConsistentRead(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t, true)
+	s := &mutate.DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Later: staleLater{}, Namespaces: optedIn{},
+		Metadata: metadata.NewForConfigOrDie(env.Config)}
+	review := func() *admissionv1.AdmissionResponse {
+		body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1",` +
+			`"kind":{"group":"apps","version":"v1","kind":"Deployment"},"resource":{"group":"apps","version":"v1","resource":"deployments"},` +
+			`"namespace":"` + ns + `","operation":"DELETE","userInfo":{"username":"argocd"},"options":{"propagationPolicy":"Foreground"},` +
+			`"oldObject":{"metadata":{"name":"operator","namespace":"` + ns + `","labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}}}}}`
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, mutate.DeletePath, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(rec, req)
+		var out admissionv1.AdmissionReview
+		g.Expect(json.Unmarshal(rec.Body.Bytes(), &out)).To(Succeed())
+		g.Expect(out.Response).NotTo(BeNil())
+		return out.Response
+	}
+	first := review()
+	g.Expect(first.Allowed).To(BeTrue(), "no Widget exists: the stale status must not refuse: %+v", first.Result)
+
+	w := widget(ns, "w0", map[string]any{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"})
+	w.SetFinalizers(nil)
+	_, err := dyn.Resource(widgets).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	resp := review()
+	g.Expect(resp.Allowed).To(BeFalse(), "a Widget of the later group exists")
+	g.Expect(resp.Result.Code).To(BeEquivalentTo(http.StatusConflict))
+	g.Expect(resp.Result.Message).To(ContainSubstring("group(s) instances (1 objects remain)"))
+
+	// A Widget of another namespace's sequence does not count.
+	g.Expect(dyn.Resource(widgets).Namespace(ns).Delete(ctx, "w0", metav1.DeleteOptions{})).To(Succeed())
+	other := widget(namespace(t, true), "w1", map[string]any{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"})
+	other.SetFinalizers(nil)
+	_, err = dyn.Resource(widgets).Namespace(other.GetNamespace()).Create(ctx, other, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() bool { return review().Allowed }).WithTimeout(timeout).Should(BeTrue())
 }
 
 // TestDeclaredCleanupKinds: the operator declares that Widgets, even ones created by users outside
