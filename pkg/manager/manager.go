@@ -149,7 +149,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(store); err != nil {
 		return nil, fmt.Errorf("adding the policy store: %w", err)
 	}
-	cleared := sequence.NewClearedStore(mgr.GetCache())
+	later := &teardown.LaterStore{}
+	cleared := sequence.NewClearedStore(mgr.GetCache(), later.Observe)
 	if err := mgr.Add(cleared); err != nil {
 		return nil, fmt.Errorf("adding the cleared-templates store: %w", err)
 	}
@@ -166,7 +167,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store, Later: cleared, Namespaces: namespaces, Metadata: tracker.Metadata})
+	mgr.GetWebhookServer().Register(mutate.DeletePath, &mutate.DeleteServer{Policies: store,
+		Check: &teardown.Check{Later: later, Namespaces: namespaces, Metadata: tracker.Metadata}})
 	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
 	tracker.InScope = func(ns string) bool { return namespaces.optedIn(ns, cfg.Namespace) }
 	namespaces.onOptIn = tracker.Rescope

@@ -57,6 +57,14 @@ type Kind struct {
 	Namespaced bool
 }
 
+// NamespaceOf returns the namespace of an object of the kind: "" for a cluster-scoped kind.
+func (k Kind) NamespaceOf(o metav1.Object) string {
+	if !k.Namespaced {
+		return ""
+	}
+	return o.GetNamespace()
+}
+
 type informerKey struct {
 	gvr   schema.GroupVersionResource
 	label string

@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 type laterGroups map[string]int32 // sequence -> objects of groups after order 1
@@ -79,8 +80,8 @@ func TestDeleteCheck(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			s := &DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Later: laterGroups{"shop": tc.later},
-				Namespaces: terminating{"shop": tc.nsDeleting}}
+			s := &DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Check: &teardown.Check{Later: laterGroups{"shop": tc.later},
+				Namespaces: terminating{"shop": tc.nsDeleting}}}
 			out := serveDelete(t, s, tc.resource, tc.object, tc.user, tc.propagation)
 			if out.Allowed == tc.wantDenied {
 				t.Fatalf("allowed = %v, want %v (%+v)", out.Allowed, !tc.wantDenied, out.Result)

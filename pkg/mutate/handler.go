@@ -14,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // Path is where the webhook server serves the mutating webhook.
@@ -122,7 +122,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	}
 	// Only members in their own right get the finalizer: a ReplicaSet inherits its Deployment's
 	// labels but its Deployment is the member, and nothing would ever release it.
-	if req.GroupKind != podGroupKind && obj.Controller == "" && teardownOrdered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
+	if req.GroupKind != podGroupKind && obj.Controller == "" && teardown.Ordered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
 		req.Permissions != nil && req.Permissions.CanPatch(req.Resource.Group, req.Resource.Resource) {
 		if obj.HasFinalizers {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", keys.TeardownFinalizer))
@@ -145,10 +145,4 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
-}
-
-// teardownOrdered reports whether a member's deletion is ordered: the default, unless its policy
-// turns teardown off.
-func teardownOrdered(res *resolve.Resolution) bool {
-	return res.Policy == nil || res.Policy.Teardown != wavev1.TeardownDisabled
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // maxReviewBytes bounds a request body, as controller-runtime does. The API server itself refuses
@@ -180,7 +182,7 @@ func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
 		}
 	}
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
-	nsLabels, err := namespaceLabels(s.Namespaces, idx, namespace)
+	nsLabels, err := teardown.NamespaceLabels(s.Namespaces, idx, namespace)
 	if err != nil {
 		return uid, admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
 	}

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,6 +22,7 @@ import (
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 const (
@@ -87,7 +89,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// A claim's readiness depends on its StorageClass (WaitForFirstConsumer): read from the cache.
 	env := readiness.ClientEnv{Reader: r.Client, Ctx: ctx}
 	for _, o := range objs {
-		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.labels(ctx, o.GetNamespace())); ok {
+		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.Labels(ctx, o.GetNamespace())); ok {
 			m.Ready = ptr.To(checker(idx, m).CheckIn(o.Unstructured, env))
 			ms = append(ms, m)
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
@@ -115,7 +117,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// say) does not stop wait Jobs and ungating, nor the other way round. Every step runs, the
 	// status is written from what they did, and their errors are returned together (a retry).
 	var errs []error
-	td, err := r.teardown(ctx, seq, objs, idx, sc)
+	td, err := r.holder().Reconcile(ctx, seq, objs, idx, sc)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("teardown: %w", err))
 	}
@@ -142,14 +144,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
 		errs = append(errs, err)
 	}
-	return ctrl.Result{RequeueAfter: td.requeue}, errors.Join(errs...)
+	return ctrl.Result{RequeueAfter: td.Requeue}, errors.Join(errs...)
 }
 
 // openJobs creates the wait Job of every group the opener opens.
-func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, gate *opener, td *teardownResult) error {
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// event records an Event on a member, unless its namespace is being deleted.
+func (r *Reconciler) event(o *unstructured.Unstructured, typ, reason, format string, args ...any) {
+	teardown.Eventf(r.Client, r.Recorder, o, typ, reason, format, args...)
+}
+
+// holder is ordered teardown's step, on the reconciler's clients.
+func (r *Reconciler) holder() *teardown.Holder {
+	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now}
+}
+
+func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, gate *opener, td *teardown.Result) error {
 	for _, g := range plan {
 		// A group whose members are being deleted gets no new wait Job: its revision is not final.
-		if !g.Open || g.JobName == "" || g.JobState != JobMissing || td.terminating[g.Name] > 0 {
+		if !g.Open || g.JobName == "" || g.JobState != JobMissing || td.Terminating[g.Name] > 0 {
 			continue
 		}
 		open, err := gate.Open(g.Name)

@@ -35,8 +35,8 @@ func (s *scope) namespace(ctx context.Context, name string) *corev1.Namespace {
 	return ns
 }
 
-// optedIn reports whether wavegate acts on objects of a namespace; "" (cluster-scoped) is in scope.
-func (s *scope) optedIn(ctx context.Context, name string) bool {
+// OptedIn reports whether wavegate acts on objects of a namespace; "" (cluster-scoped) is in scope.
+func (s *scope) OptedIn(ctx context.Context, name string) bool {
 	if name == "" {
 		return true
 	}
@@ -47,8 +47,8 @@ func (s *scope) optedIn(ctx context.Context, name string) bool {
 	return ns != nil && ns.Labels[keys.EnabledLabel] == "true"
 }
 
-// labels returns a namespace's labels (nil for "" or a namespace that is gone).
-func (s *scope) labels(ctx context.Context, name string) map[string]string {
+// Labels returns a namespace's labels (nil for "" or a namespace that is gone).
+func (s *scope) Labels(ctx context.Context, name string) map[string]string {
 	if name == "" {
 		return nil
 	}
@@ -61,7 +61,7 @@ func (s *scope) labels(ctx context.Context, name string) map[string]string {
 // split separates the objects wavegate acts on from those in namespaces that are not opted in.
 func (s *scope) split(ctx context.Context, objs []members.Object) (in, out []members.Object) {
 	for _, o := range objs {
-		if o.Kind.Namespaced && !s.optedIn(ctx, o.GetNamespace()) {
+		if o.Kind.Namespaced && !s.OptedIn(ctx, o.GetNamespace()) {
 			out = append(out, o)
 			continue
 		}

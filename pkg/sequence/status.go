@@ -20,9 +20,10 @@ import (
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/metrics"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardownResult, inversions []Inversion, prev *wavev1.Sequence) error {
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, prev *wavev1.Sequence) error {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -41,7 +42,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	for _, g := range plan {
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
 			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
-			Terminating: td.terminating[g.Name], Held: td.held[g.Name], Resources: sortedKeys(td.resources[g.Name])}
+			Terminating: td.Terminating[g.Name], Held: td.Held[g.Name], Resources: td.Resources[g.Name]}
 		if g.JobName != "" && g.JobState != JobMissing {
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
@@ -54,10 +55,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	}
 	// Groups whose every object is being deleted are no longer planned, but teardown still orders
 	// them: they stay in the status (and in what admission reads) until they are gone.
-	for name, n := range td.terminating {
+	for name, n := range td.Terminating {
 		if !slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
 			groups = append(groups, wavev1.GroupStatus{Name: name, Order: terminatingOrder(prev, name), Phase: wavev1.GroupTerminating,
-				Terminating: n, Held: td.held[name], Resources: sortedKeys(td.resources[name]), Message: "being deleted"})
+				Terminating: n, Held: td.Held[name], Resources: td.Resources[name], Message: "being deleted"})
 		}
 	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })
@@ -84,12 +85,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		}
 	}
 	meta.SetStatusCondition(&seqObj.Status.Conditions, cond)
-	holdCond := teardownCondition(td.holds)
-	if prevHold := meta.FindStatusCondition(before.Status.Conditions, ConditionTeardownHeld); holdCond.Status == metav1.ConditionTrue &&
+	holdCond := teardown.Condition(td.Holds)
+	if prevHold := meta.FindStatusCondition(before.Status.Conditions, teardown.ConditionHeld); holdCond.Status == metav1.ConditionTrue &&
 		(prevHold == nil || prevHold.Message != holdCond.Message) && r.Recorder != nil {
 		// The held objects' namespaces may be terminating and refuse Events: the cluster-scoped
 		// Sequence says it.
-		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeNormal, ReasonTeardownHeld, "Teardown", "%s", holdCond.Message)
+		r.Recorder.Eventf(seqObj, nil, corev1.EventTypeNormal, teardown.ReasonTeardownHeld, "Teardown", "%s", holdCond.Message)
 	}
 	meta.SetStatusCondition(&seqObj.Status.Conditions, holdCond)
 	invCond := inversionCondition(inversions)
@@ -118,18 +119,6 @@ func inversionCondition(inversions []Inversion) metav1.Condition {
 	}
 	return metav1.Condition{Type: ConditionDependencyInversion, Status: metav1.ConditionTrue, Reason: ReasonDependencyInversion,
 		Message: strings.Join(msgs, "; ")}
-}
-
-// ConditionTeardownHeld is True while teardown holds a deleted member of the sequence.
-const ConditionTeardownHeld = "TeardownHeld"
-
-func teardownCondition(holds []string) metav1.Condition {
-	if len(holds) == 0 {
-		return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionFalse, Reason: "NothingHeld", Message: "no deleted member is held"}
-	}
-	holds = slices.Clone(holds)
-	sort.Strings(holds)
-	return metav1.Condition{Type: ConditionTeardownHeld, Status: metav1.ConditionTrue, Reason: ReasonTeardownHeld, Message: strings.Join(holds, "; ")}
 }
 
 // clearedTemplates returns the templates of an open group whose new pods start without a gate:

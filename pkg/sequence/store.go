@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	toolscache "k8s.io/client-go/tools/cache"
@@ -17,22 +16,19 @@ import (
 // the Sequence objects in the cache. It runs on every replica.
 type ClearedStore struct {
 	cache cache.Cache
+	// also are told every Sequence the store sees (nil: deleted), before the store is synced.
+	also []func(sequence string, obj *wavev1.Sequence)
 
 	mu      sync.RWMutex
 	cleared map[string]map[string]map[string]bool // sequence -> group -> template
-	groups  map[string][]groupCount               // sequence -> groups with objects
 	synced  bool
 }
 
-type groupCount struct {
-	name      string
-	order     int32
-	objects   int32
-	resources []string
+// NewClearedStore returns a store reading Sequences from c; add it to the manager. also are told
+// every Sequence it sees (teardown's view of the later groups, say).
+func NewClearedStore(c cache.Cache, also ...func(sequence string, obj *wavev1.Sequence)) *ClearedStore {
+	return &ClearedStore{cache: c, also: also}
 }
-
-// NewClearedStore returns a store reading Sequences from c; add it to the manager.
-func NewClearedStore(c cache.Cache) *ClearedStore { return &ClearedStore{cache: c} }
 
 // NeedLeaderElection is false: every replica serves admission.
 func (s *ClearedStore) NeedLeaderElection() bool { return false }
@@ -73,26 +69,18 @@ func (s *ClearedStore) Start(ctx context.Context) error {
 }
 
 func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {
+	for _, f := range s.also {
+		f(seq, obj)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cleared == nil {
 		s.cleared = map[string]map[string]map[string]bool{}
 	}
-	if s.groups == nil {
-		s.groups = map[string][]groupCount{}
-	}
 	if obj == nil {
 		delete(s.cleared, seq)
-		delete(s.groups, seq)
 		return
 	}
-	var counts []groupCount
-	for _, g := range obj.Status.Groups {
-		if n := g.Members + g.Terminating; n > 0 {
-			counts = append(counts, groupCount{g.Name, g.Order, n, g.Resources})
-		}
-	}
-	s.groups[seq] = counts
 	groups := map[string]map[string]bool{}
 	for _, g := range obj.Status.Groups {
 		if len(g.ClearedTemplates) == 0 {
@@ -123,23 +111,4 @@ func (s *ClearedStore) Synced() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.synced
-}
-
-// Later returns, as the Sequence status says, the groups of a sequence after order that still
-// have objects, how many, and their resources. complete is false when a group with objects does
-// not list its resources (a status written by an older wavegate).
-func (s *ClearedStore) Later(seq string, order int32) (groups []string, remaining int32, resources []string, complete bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	complete = true
-	for _, g := range s.groups[seq] {
-		if g.order > order {
-			groups = append(groups, g.name)
-			remaining += g.objects
-			resources = append(resources, g.resources...)
-			complete = complete && len(g.resources) > 0
-		}
-	}
-	slices.Sort(resources)
-	return groups, remaining, slices.Compact(resources), complete
 }

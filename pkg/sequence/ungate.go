@@ -19,6 +19,7 @@ import (
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // TemplateToken identifies the pod template a pod was made from: its controller's UID and the
@@ -63,10 +64,10 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	}
 	ms := make([]Member, 0, len(objs))
 	for _, o := range objs {
-		if !f.scope.optedIn(ctx, nsOf(o.Kind, o)) {
+		if !f.scope.OptedIn(ctx, o.Kind.NamespaceOf(o)) {
 			continue
 		}
-		if m, ok := toMember(o.Kind, o, f.idx, f.scope.labels(ctx, o.GetNamespace())); ok {
+		if m, ok := toMember(o.Kind, o, f.idx, f.scope.Labels(ctx, o.GetNamespace())); ok {
 			ms = append(ms, m)
 		}
 	}
@@ -127,8 +128,8 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ung
 // the teardown finalizers of members and the scheduling gates of pods.
 func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []members.Object, sc *scope) error {
 	for _, o := range outside {
-		if hasFinalizer(o) {
-			if err := r.releaseFinalizer(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
+		if teardown.HasFinalizer(o) {
+			if err := r.holder().Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
 				return err
 			}
 		}
@@ -138,7 +139,7 @@ func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []m
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
-		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp == nil && !sc.optedIn(ctx, p.Namespace) {
+		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
 			if err := r.removeGate(ctx, p); err != nil {
 				return err
 			}

@@ -23,6 +23,7 @@ import (
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
 	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // Sequence is one sequence in the report.
@@ -188,7 +189,7 @@ func (c *Collector) Collect(ctx context.Context, namespace, name string) ([]Sequ
 		}
 		rs := Sequence{Name: seq, Ready: true}
 		for _, c := range s.Status.Conditions {
-			if (c.Type == sequence.ConditionDependencyInversion || c.Type == sequence.ConditionTeardownHeld) && c.Status == metav1.ConditionTrue {
+			if (c.Type == sequence.ConditionDependencyInversion || c.Type == teardown.ConditionHeld) && c.Status == metav1.ConditionTrue {
 				rs.Problems = append(rs.Problems, c.Type+": "+c.Message)
 			}
 			if c.Type == "Ready" && c.Status != metav1.ConditionTrue {

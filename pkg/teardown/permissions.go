@@ -1,6 +1,8 @@
-// Package teardown holds what ordered teardown needs beyond the sequence controller: knowing which
-// kinds the manager may remove a finalizer from, and releasing every wavegate finalizer and gate
-// when wavegate is uninstalled.
+// Package teardown is ordered teardown, in one place: the hold that keeps a deleted member until
+// every later group of its sequence is gone (hold.go, a step of the sequence reconcile), declared
+// cleanup and forced removal, the DELETE check that admission serves (check.go, later.go), knowing
+// which kinds the manager may remove a finalizer from (permissions.go), and releasing every
+// wavegate finalizer and gate when wavegate is uninstalled (uninstall.go).
 package teardown
 
 import (

@@ -25,7 +25,7 @@ import (
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/mutate"
 	"wavegate.io/wavegate/pkg/policy"
-	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // TestRaceExistsWithoutWavegate: outside an opted-in namespace, nothing orders the deletion: when
@@ -79,7 +79,7 @@ func TestBackgroundDeletionIsOrdered(t *testing.T) {
 		}
 		return notes
 	}).WithTimeout(timeout).Should(ContainElements(MatchRegexp(`^TeardownHeld: held until group instances is gone: \d objects remain$`),
-		HavePrefix(sequence.ReasonTeardownReleased)))
+		HavePrefix(teardown.ReasonTeardownReleased)))
 }
 
 // TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
@@ -96,7 +96,7 @@ func TestNamespaceDeletion(t *testing.T) {
 		for range 400 {
 			s := &wavev1.Sequence{}
 			if env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s) == nil {
-				if c := meta.FindStatusCondition(s.Status.Conditions, sequence.ConditionTeardownHeld); c != nil && c.Status == metav1.ConditionTrue {
+				if c := meta.FindStatusCondition(s.Status.Conditions, teardown.ConditionHeld); c != nil && c.Status == metav1.ConditionTrue {
 					sawHold <- c.Message
 					return
 				}
@@ -118,7 +118,7 @@ func TestNamespaceDeletion(t *testing.T) {
 			}
 		}
 		return notes
-	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(sequence.ReasonTeardownHeld + ": Deployment " + a.ns + "/operator")))
+	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(teardown.ReasonTeardownHeld + ": Deployment " + a.ns + "/operator")))
 }
 
 // TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
@@ -172,8 +172,8 @@ func TestDeleteCheckConfirmsOnAConsistentRead(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := namespace(t, true)
-	s := &mutate.DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Later: staleLater{}, Namespaces: optedIn{},
-		Metadata: metadata.NewForConfigOrDie(env.Config)}
+	s := &mutate.DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Check: &teardown.Check{Later: staleLater{}, Namespaces: optedIn{},
+		Metadata: metadata.NewForConfigOrDie(env.Config)}}
 	review := func() *admissionv1.AdmissionResponse {
 		body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1",` +
 			`"kind":{"group":"apps","version":"v1","kind":"Deployment"},"resource":{"group":"apps","version":"v1","resource":"deployments"},` +
@@ -257,5 +257,5 @@ func TestTimeoutAndForcedRemoval(t *testing.T) {
 			}
 		}
 		return warnings
-	}).WithTimeout(timeout).Should(ContainElements(sequence.ReasonTeardownTimeout, sequence.ReasonFinalizersForced))
+	}).WithTimeout(timeout).Should(ContainElements(teardown.ReasonTeardownTimeout, teardown.ReasonFinalizersForced))
 }

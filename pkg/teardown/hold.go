@@ -1,9 +1,12 @@
-package sequence
+package teardown
+
+// The hold: deleted members wait until every later group of their sequence is gone.
 
 import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,16 +41,39 @@ const (
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
-// teardownResult is what the teardown step reports for the status.
-type teardownResult struct {
-	terminating map[string]int32
-	held        map[string]int32
-	// resources are the kinds of each group's objects (members and terminating ones).
-	resources map[string]map[string]bool
-	requeue   time.Duration
-	// holds says, per held object, what it waits for: it goes on the cluster-scoped Sequence,
+// Holder is ordered teardown's step of a sequence's reconcile: it holds deleted members until
+// every member of every later group is gone from the API server, deletes declared cleanup objects,
+// forces stuck finalizers where the policy allows, and releases wavegate's finalizer wherever
+// ordering no longer applies. It runs in the sequence controller's reconcile, independently of the
+// creation steps (a failed hold does not stop ungating, nor the other way round).
+type Holder struct {
+	// Client reads Namespaces from the cache.
+	Client   client.Reader
+	Tracker  *members.Tracker
+	Recorder events.EventRecorder
+	// Now is the clock (tests may replace it).
+	Now func() time.Time
+}
+
+// Namespaces tells which namespaces wavegate acts in, and their labels (policies and shared
+// sequences select namespaces by them).
+type Namespaces interface {
+	OptedIn(ctx context.Context, namespace string) bool
+	Labels(ctx context.Context, namespace string) map[string]string
+}
+
+// Result is what the hold reports for the Sequence status, per group.
+type Result struct {
+	Terminating map[string]int32
+	Held        map[string]int32
+	// Resources are the kinds of each group's objects (members and terminating ones), as
+	// members.ResourceString writes them.
+	Resources map[string][]string
+	// Requeue is when to look again (timeouts, cleanup objects that are not watched); 0: on events.
+	Requeue time.Duration
+	// Holds says, per held object, what it waits for: it goes on the cluster-scoped Sequence,
 	// because a terminating namespace refuses new Events.
-	holds []string
+	Holds []string
 }
 
 type resolvedObject struct {
@@ -54,16 +81,23 @@ type resolvedObject struct {
 	res *resolve.Resolution
 }
 
-// teardown holds deleted members until every member of every later group of the sequence is gone
-// from the API server, then removes wavegate's finalizer. It also releases the finalizer wherever
-// ordering no longer applies: the namespace opted out, or the policy turned teardown off.
-func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc *scope) (*teardownResult, error) {
-	out := &teardownResult{terminating: map[string]int32{}, held: map[string]int32{}, resources: map[string]map[string]bool{}}
+// Reconcile holds the deleted members of a sequence (objs: its members in opted-in namespaces)
+// until every member of every later group is gone from the API server, then removes wavegate's
+// finalizer. It also releases the finalizer wherever ordering no longer applies: the policy turned
+// teardown off, or the labels no longer name a valid group.
+func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc Namespaces) (*Result, error) {
+	out := &Result{Terminating: map[string]int32{}, Held: map[string]int32{}, Resources: map[string][]string{}}
+	resources := map[string]map[string]bool{}
+	defer func() {
+		for g, set := range resources {
+			out.Resources[g] = sortedKeys(set)
+		}
+	}()
 	// Only members carry the finalizer; one on anything else (made by an older wavegate, say) is
 	// released at once, never left for nobody to remove.
 	for _, o := range r.Tracker.NonMembers(seq) {
-		if hasFinalizer(o) {
-			if err := r.releaseFinalizer(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
+		if HasFinalizer(o) {
+			if err := r.Release(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
 				return out, err
 			}
 		}
@@ -74,31 +108,31 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 		if !o.Kind.Namespaced {
 			ns = ""
 		}
-		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.labels(ctx, ns), Labels: o.GetLabels()}, idx)
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: o.GetLabels()}, idx)
 		if res == nil || len(errs) > 0 {
-			if hasFinalizer(o) {
+			if HasFinalizer(o) {
 				// Labels that no longer resolve cannot be ordered: never strand the object.
-				if err := r.releaseFinalizer(ctx, o, "its labels no longer name a valid group"); err != nil {
+				if err := r.Release(ctx, o, "its labels no longer name a valid group"); err != nil {
 					return out, err
 				}
 			}
 			continue
 		}
 		all = append(all, resolvedObject{o, res})
-		if out.resources[res.Group] == nil {
-			out.resources[res.Group] = map[string]bool{}
+		if resources[res.Group] == nil {
+			resources[res.Group] = map[string]bool{}
 		}
-		out.resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
+		resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
 		if o.GetDeletionTimestamp() != nil {
-			out.terminating[res.Group]++
+			out.Terminating[res.Group]++
 		}
 	}
 	for _, o := range all {
-		if !hasFinalizer(o) {
+		if !HasFinalizer(o) {
 			continue
 		}
 		if reason, release := r.orderingOff(ctx, o); release {
-			if err := r.releaseFinalizer(ctx, o.Object, reason); err != nil {
+			if err := r.Release(ctx, o.Object, reason); err != nil {
 				return out, err
 			}
 			continue
@@ -111,12 +145,12 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 			return out, err
 		}
 		if held {
-			out.held[o.res.Group]++
+			out.Held[o.res.Group]++
 			if why != "" {
-				out.holds = append(out.holds, fmt.Sprintf("%s %s (group %s) %s", o.Kind.GVK.Kind, klog.KObj(o), o.res.Group, why))
+				out.Holds = append(out.Holds, fmt.Sprintf("%s %s (group %s) %s", o.Kind.GVK.Kind, klog.KObj(o), o.res.Group, why))
 			}
-			if requeue > 0 && (out.requeue == 0 || requeue < out.requeue) {
-				out.requeue = requeue
+			if requeue > 0 && (out.Requeue == 0 || requeue < out.Requeue) {
+				out.Requeue = requeue
 			}
 			continue
 		}
@@ -130,7 +164,7 @@ func (r *Reconciler) teardown(ctx context.Context, seq string, objs []members.Ob
 
 // orderingOff reports whether an object's finalizer must be released although it is not deleted
 // yet, or deleted without order: its namespace opted out, or its policy turned teardown off.
-func (r *Reconciler) orderingOff(ctx context.Context, o resolvedObject) (string, bool) {
+func (r *Holder) orderingOff(ctx context.Context, o resolvedObject) (string, bool) {
 	if o.res.Policy != nil && o.res.Policy.Teardown == wavev1.TeardownDisabled {
 		return fmt.Sprintf("WavePolicy %s turned teardown off for group %s", o.res.Policy.Policy, o.res.Group), true
 	}
@@ -144,7 +178,7 @@ func (r *Reconciler) orderingOff(ctx context.Context, o resolvedObject) (string,
 }
 
 // hold decides whether a deleted member must wait, deleting its declared cleanup objects on the way.
-func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index, sc *scope) (bool, string, time.Duration, error) {
+func (r *Holder) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index, sc Namespaces) (bool, string, time.Duration, error) {
 	var remaining []string
 	groups := map[string]int{}
 	for _, l := range all {
@@ -165,11 +199,11 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 			return false, "", 0, err
 		}
 		for _, f := range fresh {
-			ns := nsOf(f.Kind, f)
-			if !sc.optedIn(ctx, ns) {
+			ns := f.Kind.NamespaceOf(f)
+			if !sc.OptedIn(ctx, ns) {
 				continue
 			}
-			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.labels(ctx, ns), Labels: f.GetLabels()}, idx)
+			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: f.GetLabels()}, idx)
 			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
 				return true, "", time.Second, nil
 			}
@@ -213,13 +247,6 @@ func (r *Reconciler) hold(ctx context.Context, seq string, o resolvedObject, all
 	return true, fmt.Sprintf("%s after its timeout of %s", msg, timeout), 30 * time.Second, nil
 }
 
-func nsOf(k members.Kind, o metav1.Object) string {
-	if !k.Namespaced {
-		return ""
-	}
-	return o.GetNamespace()
-}
-
 type stuckObject struct {
 	gvr schema.GroupVersionResource
 	*metav1.PartialObjectMetadata
@@ -227,7 +254,7 @@ type stuckObject struct {
 
 // cleanup deletes the objects of the kinds a member declares (keys.CleanupAnnotation) and returns
 // how many still exist, and those of them that are stuck being deleted.
-func (r *Reconciler) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObject, error) {
+func (r *Holder) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObject, error) {
 	decl := o.GetAnnotations()[keys.CleanupAnnotation]
 	if decl == "" {
 		return 0, nil, nil
@@ -275,7 +302,7 @@ func (r *Reconciler) cleanup(ctx context.Context, o resolvedObject) (int, []stuc
 	return left, stuck, nil
 }
 
-func (r *Reconciler) resourceFor(kind string) (schema.GroupVersionResource, bool, error) {
+func (r *Holder) resourceFor(kind string) (schema.GroupVersionResource, bool, error) {
 	gr := schema.ParseGroupResource(kind)
 	for _, k := range r.Tracker.Kinds() {
 		if k.GVR.GroupResource() == gr {
@@ -285,7 +312,7 @@ func (r *Reconciler) resourceFor(kind string) (schema.GroupVersionResource, bool
 	return schema.GroupVersionResource{}, false, fmt.Errorf("the API server serves no resource %q", kind)
 }
 
-func (r *Reconciler) forceFinalizers(ctx context.Context, s stuckObject) error {
+func (r *Holder) forceFinalizers(ctx context.Context, s stuckObject) error {
 	patch := []byte(fmt.Sprintf(`{"metadata":{"finalizers":null,"resourceVersion":%q}}`, s.ResourceVersion))
 	_, err := r.Tracker.Metadata.Resource(s.gvr).Namespace(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: keys.FieldManager})
 	if client.IgnoreNotFound(err) != nil {
@@ -294,13 +321,27 @@ func (r *Reconciler) forceFinalizers(ctx context.Context, s stuckObject) error {
 	return nil
 }
 
-func hasFinalizer(o metav1.Object) bool {
+// ConditionHeld is the Sequence condition that is True while teardown holds a deleted member.
+const ConditionHeld = "TeardownHeld"
+
+// Condition is the ConditionHeld condition for what the hold reported.
+func Condition(holds []string) metav1.Condition {
+	if len(holds) == 0 {
+		return metav1.Condition{Type: ConditionHeld, Status: metav1.ConditionFalse, Reason: "NothingHeld", Message: "no deleted member is held"}
+	}
+	holds = slices.Clone(holds)
+	sort.Strings(holds)
+	return metav1.Condition{Type: ConditionHeld, Status: metav1.ConditionTrue, Reason: ReasonTeardownHeld, Message: strings.Join(holds, "; ")}
+}
+
+// HasFinalizer reports whether an object carries wavegate's teardown finalizer.
+func HasFinalizer(o metav1.Object) bool {
 	return slices.Contains(o.GetFinalizers(), keys.TeardownFinalizer)
 }
 
 // removeFinalizer removes wavegate's finalizer with a JSON patch that tests it is still where it
 // was seen, so a concurrent change of the finalizers fails the patch instead of removing another.
-func (r *Reconciler) removeFinalizer(ctx context.Context, o members.Object) error {
+func (r *Holder) removeFinalizer(ctx context.Context, o members.Object) error {
 	i := slices.Index(o.GetFinalizers(), keys.TeardownFinalizer)
 	if i < 0 {
 		return nil
@@ -309,7 +350,7 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, o members.Object) erro
 	if err != nil {
 		return err
 	}
-	_, err = r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(nsOf(o.Kind, o)).Patch(ctx, o.GetName(), types.JSONPatchType, body,
+	_, err = r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(o.Kind.NamespaceOf(o)).Patch(ctx, o.GetName(), types.JSONPatchType, body,
 		metav1.PatchOptions{FieldManager: keys.FieldManager})
 	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
 		return nil // gone, or the finalizers changed: the next event reconciles again
@@ -321,7 +362,9 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, o members.Object) erro
 	return nil
 }
 
-func (r *Reconciler) releaseFinalizer(ctx context.Context, o members.Object, why string) error {
+// Release removes wavegate's finalizer from an object that ordering no longer applies to, with an
+// Event that says why.
+func (r *Holder) Release(ctx context.Context, o members.Object, why string) error {
 	if err := r.removeFinalizer(ctx, o); err != nil {
 		return err
 	}
@@ -329,22 +372,27 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, o members.Object, why
 	return nil
 }
 
-// event records an Event on a member, unless its namespace is being deleted: the API server
+// event records an Event on a member, unless its namespace is being deleted.
+func (r *Holder) event(o *unstructured.Unstructured, typ, reason, format string, args ...any) {
+	Eventf(r.Client, r.Recorder, o, typ, reason, format, args...)
+}
+
+// Eventf records an Event on an object, unless its namespace is being deleted: the API server
 // refuses new content there (the Sequence's TeardownHeld condition and Events say it instead).
-func (r *Reconciler) event(o *unstructured.Unstructured, typ, reason, format string, args ...any) {
-	if r.Recorder == nil {
+func Eventf(c client.Reader, rec events.EventRecorder, o *unstructured.Unstructured, typ, reason, format string, args ...any) {
+	if rec == nil {
 		return
 	}
 	if ns := o.GetNamespace(); ns != "" {
 		n := &corev1.Namespace{}
-		if err := r.Client.Get(context.Background(), client.ObjectKey{Name: ns}, n); err == nil && n.DeletionTimestamp != nil {
+		if err := c.Get(context.Background(), client.ObjectKey{Name: ns}, n); err == nil && n.DeletionTimestamp != nil {
 			return
 		}
 	}
-	r.Recorder.Eventf(o, nil, typ, reason, "Teardown", format, args...)
+	rec.Eventf(o, nil, typ, reason, "Teardown", format, args...)
 }
 
-func (r *Reconciler) now() time.Time {
+func (r *Holder) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
 	}

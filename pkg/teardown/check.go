@@ -1,0 +1,207 @@
+package teardown
+
+// The DELETE check: which deletions ordered teardown refuses, retryably, while later groups of
+// the deleted object's sequence still have objects. The admission webhook (pkg/mutate) reads the
+// AdmissionReview and asks Check.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/resolve"
+)
+
+// LaterGroups tells which later groups of a sequence still have objects, as the Sequence status
+// says.
+type LaterGroups interface {
+	// Later returns the later groups (order above order) that still have objects, how many, and
+	// the resources of their objects; complete is false when some group does not list them.
+	Later(sequence string, order int32) (groups []string, remaining int32, resources []string, complete bool)
+}
+
+// NamespaceSource reads namespaces from the manager's cache (a namespace the cache has not seen yet
+// with one GET).
+type NamespaceSource interface {
+	// Terminating reports whether a namespace is being deleted.
+	Terminating(namespace string) bool
+	// Labels returns a namespace's labels (policies and shared sequences select namespaces by
+	// them); an error when they cannot be known.
+	Labels(namespace string) (map[string]string, error)
+}
+
+// Deletion is a DELETE request as the check sees it.
+type Deletion struct {
+	Namespace  string
+	Resource   schema.GroupResource
+	Kind       string
+	Foreground bool
+	// User is the requester's user name.
+	User string
+	// Labels of the object; Deleting is true when it is already being deleted.
+	Labels   map[string]string
+	Deleting bool
+	// ControllerKind and ControllerName name the object's controller, if any.
+	ControllerKind, ControllerName string
+}
+
+// Check is the DELETE check of ordered teardown. It refuses, retryably (409 Conflict):
+//
+//   - a *foreground* DELETE of a group member while later groups of its sequence still have
+//     objects: foreground deletion deletes the member's pods before the member, whatever
+//     finalizers the member has, so the teardown finalizer cannot keep an operator running for its
+//     custom resources;
+//   - in a namespace that is being deleted, the DELETE of a running pod (or ReplicaSet) of a
+//     workload whose group is held: the namespace controller deletes every pod and ReplicaSet of
+//     the namespace directly, so the finalizer that keeps the Deployment object would not keep the
+//     operator's process. The namespace controller retries with back-off (at most 60 s apart).
+//
+// Background deletion elsewhere (kubectl's default, Helm, Flux) is never refused: the finalizer
+// orders it. The kubelet, eviction (its own subresource), node drain and rollouts are never
+// refused: only deletions in a terminating namespace are, and never those of pods that are
+// already terminating or those a node makes. The check reads Sequence status and namespaces from
+// memory, and before it refuses it confirms on a consistent read that the later groups' objects
+// still exist (the Sequence status lags the API server by a reconcile, and Argo CD deletes the next
+// wave the moment the last one is gone). Its webhook fails open (failurePolicy Ignore).
+type Check struct {
+	Later      LaterGroups
+	Namespaces NamespaceSource
+	// Metadata reads the later groups' objects for the confirmation; nil trusts the status alone.
+	Metadata metadata.Interface
+}
+
+// confirmTimeout bounds the consistent read before a refusal (the webhook's timeout is 5 s).
+const confirmTimeout = 3 * time.Second
+
+// heldWorkloads are the controllers whose pods (and, for a Deployment, ReplicaSets) teardown keeps
+// while their namespace is deleted: the shapes an operator ships as.
+var heldWorkloads = map[schema.GroupResource]map[string]bool{
+	{Resource: "pods"}:                       {"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true},
+	{Group: "apps", Resource: "replicasets"}: {"Deployment": true},
+}
+
+// Relevant reports whether a deletion of a resource may be refused at all: foreground deletions,
+// and pods and ReplicaSets (namespace deletion). Everything else is allowed without reading it.
+func Relevant(resource schema.GroupResource, foreground bool) bool {
+	_, held := heldWorkloads[resource]
+	return foreground || held
+}
+
+// Ordered reports whether a member's deletion is ordered: the default, unless its policy turns
+// teardown off.
+func Ordered(res *resolve.Resolution) bool {
+	return res.Policy == nil || res.Policy.Teardown != wavev1.TeardownDisabled
+}
+
+// Refuse returns why a deletion must wait, or "" when it may go ahead.
+func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) string {
+	owners, held := heldWorkloads[d.Resource]
+	if idx == nil || !d.Foreground && !held {
+		return ""
+	}
+	nsLabels, err := NamespaceLabels(c.Namespaces, idx, d.Namespace)
+	if err != nil {
+		return "" // fail open
+	}
+	res, errs := resolve.Resolve(resolve.Object{Namespace: d.Namespace, NamespaceLabels: nsLabels, Labels: d.Labels}, idx)
+	if res == nil || len(errs) > 0 || !Ordered(res) {
+		return ""
+	}
+	if held && !d.Foreground {
+		// Only the namespace's own teardown is refused: not a rollout, not the kubelet, not a pod
+		// that is already terminating, not a deletion outside a terminating namespace.
+		// The namespace controller deletes only in terminating namespaces: its identity (where
+		// kube-controller-manager uses per-controller credentials) needs no cache.
+		terminating := d.User == keys.NamespaceControllerUser || c.Namespaces != nil && c.Namespaces.Terminating(d.Namespace)
+		if d.Deleting || !owners[d.ControllerKind] || !terminating || strings.HasPrefix(d.User, "system:node:") {
+			return ""
+		}
+	}
+	groups, remaining, resources, complete := c.Later.Later(res.Sequence, res.GroupOrder)
+	if remaining == 0 {
+		return ""
+	}
+	if c.Metadata != nil && complete {
+		ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+		defer cancel()
+		live, n, err := c.confirm(ctx, idx, res.Sequence, res.GroupOrder, resources)
+		switch {
+		case err != nil:
+			ctrl.LoggerFrom(ctx).Error(err, "Confirming the later groups on a consistent read; refusing as the Sequence status says",
+				"sequence", res.Sequence, "group", res.Group)
+		case n == 0:
+			return ""
+		default:
+			groups, remaining = live, n
+		}
+	}
+	if d.Foreground {
+		return fmt.Sprintf("wavegate: group %q of sequence %q is deleted after group(s) %s (%d objects remain); a foreground deletion would stop "+
+			"its pods first. Retry once they are gone, or delete with --cascade=background (wavegate then holds it until they are gone)",
+			res.Group, res.Sequence, strings.Join(groups, ", "), remaining)
+	}
+	return fmt.Sprintf("wavegate: namespace %s is being deleted; this %s of group %q (%s %s) keeps running until group(s) %s of sequence %q "+
+		"are gone (%d objects remain), so that it can finalize them; the namespace's deletion retries by itself. "+
+		"See `kubectl get sequence`; `wavegate uninstall` stops all ordering",
+		d.Namespace, d.Kind, res.Group, d.ControllerKind, d.ControllerName, strings.Join(groups, ", "), res.Sequence, remaining)
+}
+
+// confirm counts, on a consistent read of the given resources, the objects of a sequence's groups
+// after order that still exist, resolved as admission resolves them.
+func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, order int32, resources []string) ([]string, int32, error) {
+	kinds := make([]members.Kind, 0, len(resources))
+	for _, r := range resources {
+		gvr, err := members.ParseResource(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		kinds = append(kinds, members.Kind{GVR: gvr})
+	}
+	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll)
+	if err != nil {
+		return nil, 0, err
+	}
+	groups := map[string]bool{}
+	var n int32
+	for _, o := range objs {
+		ns := o.GetNamespace()
+		var nsLabels map[string]string
+		if ns != "" && c.Namespaces != nil {
+			if nsLabels, err = c.Namespaces.Labels(ns); err != nil {
+				return nil, 0, err
+			}
+			if nsLabels[keys.EnabledLabel] != "true" {
+				continue // the controllers order only opted-in namespaces
+			}
+		}
+		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
+		if res == nil || len(errs) > 0 || res.Sequence != seq || res.GroupOrder <= order {
+			continue
+		}
+		groups[res.Group] = true
+		n++
+	}
+	return sortedKeys(groups), n, nil
+}
+
+// namespaceLabels returns the labels of a namespace when resolution needs them.
+func NamespaceLabels(ns NamespaceSource, idx *policy.Index, namespace string) (map[string]string, error) {
+	if namespace == "" || !idx.NeedsNamespaceLabels() {
+		return nil, nil
+	}
+	if ns == nil {
+		return nil, errors.New("no namespace source")
+	}
+	return ns.Labels(namespace)
+}
