@@ -20,13 +20,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -77,11 +80,22 @@ func (s *SelfManaged) now() time.Time {
 	return time.Now()
 }
 
-// Start keeps the certificate valid until ctx ends.
+// Start keeps the certificate valid and injected until ctx ends: it reconciles every Check, and at
+// once whenever one of its webhook configurations is created or changed (re-applied manifests, a
+// reinstall after `wavegate uninstall`), so that a configuration never waits for its CA bundle.
 func (s *SelfManaged) Start(ctx context.Context) error {
 	check := s.Check
 	if check == 0 {
 		check = time.Hour
+	}
+	changed := make(chan struct{}, 1)
+	if err := s.watchConfigurations(ctx, func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		return err
 	}
 	for {
 		if err := s.Reconcile(ctx); err != nil {
@@ -91,7 +105,48 @@ func (s *SelfManaged) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(check):
+		case <-changed:
 		}
+	}
+}
+
+// watchConfigurations calls changed whenever one of wavegate's webhook configurations is added or
+// updated. Webhook configurations are few and small: they are watched whole.
+func (s *SelfManaged) watchConfigurations(ctx context.Context, changed func()) error {
+	ours := map[string]bool{}
+	for _, n := range append(slices.Clone(s.MutatingWebhooks), s.ValidatingWebhooks...) {
+		ours[n] = true
+	}
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { notifyIfOurs(o, ours, changed) },
+		UpdateFunc: func(_, o any) { notifyIfOurs(o, ours, changed) },
+	}
+	f := informers.NewSharedInformerFactory(s.Client, 0)
+	var synced []toolscache.InformerSynced
+	if len(s.MutatingWebhooks) > 0 {
+		inf := f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watching MutatingWebhookConfigurations: %w", err)
+		}
+		synced = append(synced, inf.HasSynced)
+	}
+	if len(s.ValidatingWebhooks) > 0 {
+		inf := f.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer()
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watching ValidatingWebhookConfigurations: %w", err)
+		}
+		synced = append(synced, inf.HasSynced)
+	}
+	f.Start(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) && ctx.Err() == nil {
+		return errors.New("the webhook configuration informers did not sync")
+	}
+	return nil
+}
+
+func notifyIfOurs(o any, ours map[string]bool, changed func()) {
+	if m, ok := o.(metav1.Object); ok && ours[m.GetName()] {
+		changed()
 	}
 }
 

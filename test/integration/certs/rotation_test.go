@@ -110,3 +110,49 @@ func TestRotationWithoutFailedAdmissions(t *testing.T) {
 	g.Expect(len(serials)).To(BeNumerically(">=", 4), "the certificate did not rotate three times")
 	t.Logf("%d admissions across %d certificates, none failed", n, len(serials))
 }
+
+// TestReinjectsARecreatedConfiguration: a webhook configuration re-applied without its CA bundle
+// (a reinstall after `wavegate uninstall`, say) gets the CA at once, not at the next hourly check.
+func TestReinjectsARecreatedConfiguration(t *testing.T) {
+	g := NewWithT(t)
+	env, err := framework.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	hook := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
+		return &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "reinject-test"},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name:                    "reinject.wavegate.io",
+				ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/validate")},
+				Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"DELETE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"reinject": "true"}},
+				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				AdmissionReviewVersions: []string{"v1"},
+			}},
+		}
+	}
+	vwc := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	_, err = vwc.Create(ctx, hook(), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"reinject-test"}, Check: time.Hour}
+	go func() { _ = sm.Start(ctx) }()
+	bundle := func() []byte {
+		c, err := vwc.Get(ctx, "reinject-test", metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return c.Webhooks[0].ClientConfig.CABundle
+	}
+	g.Eventually(bundle).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	injected := bundle()
+
+	g.Expect(vwc.Delete(ctx, "reinject-test", metav1.DeleteOptions{})).To(Succeed())
+	_, err = vwc.Create(ctx, hook(), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(bundle).WithTimeout(10*time.Second).Should(Equal(injected), "the recreated configuration did not get the CA")
+}
