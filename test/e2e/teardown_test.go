@@ -13,8 +13,12 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
 )
 
 var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -156,4 +160,93 @@ func TestNamespaceAndCRDDeletedTogether(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	_, err = cs.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
 	g.Expect(err).To(HaveOccurred(), "namespace %s is stuck", ns)
+}
+
+// TestForegroundAndOrphanDeletionWithKubectl covers the other rows of the README's teardown table
+// against the strict operator, with the real garbage collector:
+//   - foreground (`kubectl delete --cascade=foreground`, Argo CD's prune default): the garbage
+//     collector would delete the operator's pods first, so the DELETE is refused (409) while
+//     Widgets exist; deleting the Widgets first (as Argo CD does by live wave) then the operator
+//     is allowed at once, with no retry;
+//   - orphan: allowed; the finalizer holds the Deployment until the Widgets are gone, and the
+//     orphaned ReplicaSet keeps the operator running meanwhile.
+func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
+	startWidgetOperator(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+
+	ns := "td-foreground"
+	applyYAML(t, operatorApp(ns, "Deployment", 2))
+	waitReleased(t, ns, "instances 2/2 Released")
+	out, err := exec.Command(kubectl, "delete", "-n", ns, "deployment/widget-operator", "--cascade=foreground", "--wait=false").CombinedOutput()
+	g.Expect(err).To(HaveOccurred(), "a foreground deletion of the operator was allowed while its Widgets exist: %s", out)
+	g.Expect(string(out)).To(ContainSubstring(`is deleted after group(s) instances (2 objects remain)`))
+	run(t, "delete", "-n", ns, "widgets", "--all", "--cascade=foreground", "--wait=true", "--timeout=60s")
+	run(t, "delete", "-n", ns, "deployment/widget-operator", "--cascade=foreground", "--wait=true", "--timeout=60s")
+	deleteNamespaceTimed(t, ns)
+
+	ns = "td-orphan"
+	applyYAML(t, operatorApp(ns, "Deployment", 2))
+	waitReleased(t, ns, "instances 2/2 Released")
+	run(t, "delete", "-n", ns, "deployment/widget-operator", "--cascade=orphan", "--wait=false")
+	g.Consistently(func() error {
+		_, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
+		return err
+	}).WithTimeout(1500*time.Millisecond).WithPolling(100*time.Millisecond).Should(Succeed(), "the finalizer must hold the Deployment while Widgets exist")
+	run(t, "delete", "-n", ns, "widgets", "--all", "--wait=true", "--timeout=60s")
+	g.Eventually(func() bool {
+		_, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
+		return err != nil
+	}).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "the Deployment was not released once its Widgets were gone")
+	deleteNamespaceTimed(t, ns)
+	list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
+}
+
+// TestUninstallFirstThenNamespaceDeletion: `wavegate uninstall` releases every finalizer and gate
+// and removes the webhook configurations; after it nothing is ordered, so the custom resources are
+// deleted before their operator by hand (as the README says) and the namespace then goes away with
+// nothing of wavegate's holding it. Afterwards the webhook configurations are re-applied and the
+// manager injects their CA at once, as a reinstall does.
+func TestUninstallFirstThenNamespaceDeletion(t *testing.T) {
+	startWidgetOperator(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "td-uninstall"
+	applyYAML(t, operatorApp(ns, "Deployment", 2))
+	waitReleased(t, ns, "instances 2/2 Released")
+	t.Cleanup(func() { reinstallWebhooks(t) })
+
+	out, err := exec.Command(filepath.Join(root, "bin", "wavegate"), "uninstall").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(d.Finalizers).To(BeEmpty(), "uninstall left a finalizer on the operator")
+	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "wavegate-validating-webhook-configuration", metav1.GetOptions{})
+	g.Expect(err).To(HaveOccurred(), "uninstall left the DELETE check in place")
+
+	run(t, "delete", "-n", ns, "widgets", "--all", "--wait=true", "--timeout=60s")
+	deleteNamespaceTimed(t, ns)
+}
+
+// reinstallWebhooks re-applies config/dev's webhook configurations and waits until the webhook
+// admits again (the manager injects the CA into re-created configurations at once).
+func reinstallWebhooks(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	run(t, "apply", "-k", filepath.Join(root, "config", "dev"))
+	probe := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "reinstall-probe", Labels: map[string]string{keys.EnabledLabel: "true"}}}
+	_, err := cs.CoreV1().Namespaces().Create(ctx, probe, metav1.CreateOptions{})
+	g.Expect(client.IgnoreAlreadyExists(err)).To(Succeed())
+	g.Eventually(func() map[string]string {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{keys.GroupLabel: "probe", keys.GroupOrderLabel: "1"}}}
+		got, err := cs.CoreV1().ConfigMaps(probe.Name).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return nil
+		}
+		return got.Annotations
+	}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(HaveKey(keys.ResolvedGroupAnnotation), "the webhook does not admit again")
+	g.Expect(cs.CoreV1().Namespaces().Delete(ctx, probe.Name, metav1.DeleteOptions{})).To(Succeed())
 }
