@@ -18,6 +18,9 @@ KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
 # -p 1: every integration package starts its own kube-apiserver and etcd; on 2 cores they run one
 # at a time so that timing-sensitive tests never compete for the CPU.
 GO_TEST_FLAGS ?= -timeout 20m -count=1 -p 1
+# GitOps engines the local cluster runs beside wavegate, built once into the cache when asked for:
+# any of "argocd flux". `make dev-up` runs none unless told; `make test-e2e` proves wavegate with them all.
+ENGINES ?=
 
 .PHONY: all
 all: build
@@ -82,8 +85,8 @@ bench-release: cluster-assets build ## Release latency per group boundary on the
 ##@ Local cluster
 
 .PHONY: dev-up
-dev-up: cluster-assets build ## Start a local cluster (kwok) with wavegate; kubeconfig in .dev/kubeconfig.
-	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/dev.sh up
+dev-up: cluster-assets build ## Start a local cluster (kwok) with wavegate; kubeconfig in .dev/kubeconfig. ENGINES="argocd flux" adds them.
+	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" test/tools/dev/dev.sh up
 
 .PHONY: dev-down
 dev-down: ## Stop everything dev-up started and remove its state.
@@ -94,8 +97,9 @@ demo: cluster-assets build ## Show wavegate on a local cluster: ordered install 
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/demo.sh
 
 .PHONY: test-e2e
-test-e2e: cluster-assets build ## End-to-end tests against `make dev-up`'s cluster (started and stopped around the run).
-	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/e2e.sh
+test-e2e: ENGINES = argocd flux
+test-e2e: cluster-assets build ## End-to-end tests against `make dev-up`'s cluster with every engine (started and stopped around the run).
+	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" test/tools/dev/e2e.sh
 
 ##@ Build
 
@@ -118,6 +122,7 @@ build: ## Build the wavegate binary into bin/.
 	CGO_ENABLED=0 go build -trimpath -o bin/podrunner ./test/tools/podrunner
 	CGO_ENABLED=0 go build -trimpath -o bin/widget-operator ./test/tools/widget-operator
 	CGO_ENABLED=0 go build -trimpath -o bin/timeline ./test/tools/timeline
+	CGO_ENABLED=0 go build -trimpath -o bin/artifact ./test/tools/artifact
 
 ##@ Dependencies
 
@@ -126,8 +131,8 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl from pinned Go modules
 	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl
 
 .PHONY: cluster-assets
-cluster-assets: ## Build the whole local control plane, kwok and the Helm CLI from pinned Go modules into the cache (once).
-	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kwokctl helm
+cluster-assets: ## Build the whole local control plane, kwok, the Helm CLI and $(ENGINES) from pinned Go modules into the cache (once).
+	@test/tools/control-plane.sh "$(KUBE_BIN)" etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok kwokctl helm $(ENGINES)
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $@) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)

@@ -72,13 +72,33 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	t.Cleanup(func() {
 		_ = exec.Command(kubectl, "delete", "-f", example("shop"), "--ignore-not-found", "--wait=false").Run()
 	})
-	g.Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", "shop", "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}").Output()
-		return string(out)
-	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Equal("True"))
+	checkReleaseOrder(t, "shop")
 
+	run(t, "delete", "-f", example("shop"), "--wait=true", "--timeout=90s")
+	_, err := cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+	g.Expect(err).To(HaveOccurred(), "namespace shop is stuck")
+}
+
+// checkReleaseOrder waits until the sequence of namespace ns is Ready, then proves from the
+// cluster's own records that no pod of examples/shop's groups in
+// namespace ns was released to the scheduler before every earlier group's waiter had succeeded.
+func checkReleaseOrder(t *testing.T, ns string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	// Ready, and no waiter still running: a client that applies again (a GitOps engine's second
+	// sync, say) may start a new revision's waiter just after the sequence was Ready.
+	g.Eventually(func(g Gomega) {
+		out, _ := exec.Command(kubectl, "get", "sequence", ns, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}").Output()
+		g.Expect(string(out)).To(Equal("True"), "sequence %s is not Ready", ns)
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range pods.Items {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "waiter %s", p.Name)
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	// When did each group's wait Job complete, and when was each member pod released to the scheduler?
-	jobs, err := cs.BatchV1().Jobs("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
+	jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
 	g.Expect(err).NotTo(HaveOccurred())
 	released := map[string]time.Time{}
 	for _, j := range jobs.Items {
@@ -89,7 +109,7 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	}
 	g.Expect(released).To(HaveKey("database"))
 	g.Expect(released).To(HaveKey("migrate"))
-	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.GroupLabel})
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.GroupLabel})
 	g.Expect(err).NotTo(HaveOccurred())
 	checked := 0
 	for _, p := range pods.Items {
@@ -106,10 +126,6 @@ func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 		}
 	}
 	g.Expect(checked).To(BeNumerically(">=", 3))
-
-	run(t, "delete", "-f", example("shop"), "--wait=true", "--timeout=90s")
-	_, err = cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
-	g.Expect(err).To(HaveOccurred(), "namespace shop is stuck")
 }
 
 // waiterFinished returns when a wait Job's pod, run for real, exited successfully: the barrier

@@ -4,7 +4,9 @@
 #
 #   test/tools/control-plane.sh <dest-dir> <binary>...
 #
-# Binaries: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm.
+# Binaries: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm, and
+# the GitOps engines the local cluster can run: argocd, flux (Flux's kustomize-controller, with its
+# CRDs and source-controller's in <dest-dir>/flux-crds-<version>/).
 # A binary that is already in <dest-dir> is not rebuilt; each is built to a temporary name and moved
 # into place, so an interrupted build never leaves a broken binary behind.
 set -euo pipefail
@@ -56,6 +58,35 @@ for bin in "$@"; do
 	helm) # the Helm CLI, pinned by the Helm e2e module (test/e2e/helm/go.mod)
 		helm_version=$(cd "$here/../e2e/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
 		build ../e2e/helm helm helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" ;;
+	argocd) # Argo CD's application controller and repo server (and an in-memory redis), one binary
+		argocd_version=$("$here/version.sh" argocd github.com/argoproj/argo-cd/v3)
+		[ -x "$dest/argocd-$argocd_version" ] || echo ">> Argo CD $argocd_version: 3-20 min on 2 cores, depending on the Go build cache" >&2
+		build argocd "argocd-$argocd_version" . "-s -w"
+		# What Argo CD's image ships besides the binary, from the same module: its CRDs, and the
+		# script the repo server runs on every manifest generation (commit signature check).
+		if [ ! -d "$dest/argocd-$argocd_version-files" ]; then
+			src=$(cd "$here/argocd" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)
+			rm -rf "$dest/.argocd-files.tmp"
+			mkdir -p "$dest/.argocd-files.tmp/crds" "$dest/.argocd-files.tmp/bin"
+			cp "$src/manifests/crds/application-crd.yaml" "$src/manifests/crds/appproject-crd.yaml" "$dest/.argocd-files.tmp/crds/"
+			install -m 0755 "$src/hack/git-verify-wrapper.sh" "$dest/.argocd-files.tmp/bin/"
+			mv "$dest/.argocd-files.tmp" "$dest/argocd-$argocd_version-files"
+		fi ;;
+	flux | kustomize-controller) # Flux's kustomize-controller, pinned by test/tools/flux/go.mod
+		build flux kustomize-controller-"$("$here/version.sh" flux github.com/fluxcd/kustomize-controller)" github.com/fluxcd/kustomize-controller "-s -w"
+		# The CRDs it needs: its own Kustomization, and source-controller's (it watches them all;
+		# ExternalArtifact is the source wavegate's tests use). source-controller does not build
+		# here: only its CRD files are taken from the module, at the version tools.go names.
+		if [ ! -d "$dest/flux-crds-$("$here/version.sh" flux github.com/fluxcd/kustomize-controller)" ]; then
+			kc=$(cd "$here/flux" && go list -m -f '{{.Dir}}' github.com/fluxcd/kustomize-controller)
+			sc_version=$(sed -nE 's#^//[[:space:]]*source-controller:[[:space:]]*(v[^[:space:]]+).*#\1#p' "$here/flux/tools.go")
+			sc=$(cd "$here/flux" && go mod download -json "github.com/fluxcd/source-controller@$sc_version" | sed -nE 's#^[[:space:]]*"Dir": "(.*)",?$#\1#p')
+			[ -d "$sc/config/crd/bases" ] || { echo "no CRDs in source-controller $sc_version ($sc)" >&2; exit 1; }
+			rm -rf "$dest/.flux-crds.tmp"
+			mkdir -p "$dest/.flux-crds.tmp"
+			install -m 0644 "$kc"/config/crd/bases/*.yaml "$sc"/config/crd/bases/*.yaml "$dest/.flux-crds.tmp/"
+			mv "$dest/.flux-crds.tmp" "$dest/flux-crds-$("$here/version.sh" flux github.com/fluxcd/kustomize-controller)"
+		fi ;;
 	*) echo "unknown binary $bin" >&2; exit 2 ;;
 	esac
 done

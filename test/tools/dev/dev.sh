@@ -3,7 +3,7 @@
 # kube-controller-manager, kube-scheduler) with kwok's fake nodes, run by kwokctl's binary
 # runtime, plus wavegate's manager and the wait-Job pod runner as local processes. Everything
 # listens on 127.0.0.1; state lives in .dev/ (gitignored).
-#   dev.sh up | down | status
+#   dev.sh up | down       ENGINES="argocd flux" also runs those GitOps engines against the cluster
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=${KUBE_BIN:?KUBE_BIN must name the directory of the control-plane binaries}
@@ -25,6 +25,16 @@ ready() {
 		read -r line <&3 || exit 1
 		[[ $line == *" 200 "* ]]
 	) 2>/dev/null
+}
+
+# established waits until CRDs are Established (kubectl wait fails at once on a CRD whose status
+# has not been written yet, so it is retried).
+established() { # crd...
+	for _ in $(seq 100); do
+		"$kubectl" wait --for condition=Established --timeout 60s "${@/#/crd/}" >/dev/null 2>&1 && return
+		sleep 0.2
+	done
+	"$kubectl" wait --for condition=Established --timeout 1s "${@/#/crd/}" >/dev/null
 }
 
 start() { # name command...
@@ -53,7 +63,7 @@ spec: {}
 YAML
 	say "installing wavegate's CRDs and webhook configurations (config/dev)"
 	"$kubectl" apply -k "$root/config/dev" >/dev/null
-	"$kubectl" wait --for condition=Established crd/wavepolicies.wavegate.io crd/sequences.wavegate.io --timeout 60s >/dev/null
+	established wavepolicies.wavegate.io sequences.wavegate.io
 	say "starting wavegate's manager and the wait-Job pod runner"
 	if ! running manager; then
 		for port in 18081 19443; do
@@ -72,6 +82,7 @@ YAML
 		if running manager && ready; then
 			say "wavegate is serving. Use the cluster with: export KUBECONFIG=$dev/kubeconfig"
 			say "  $kubectl get sequences; logs in $dev/*.log; wait-Job logs in $dev/pods/; stop with: make dev-down"
+			engines
 			return
 		fi
 		running manager || { tail -20 "$dev/manager.log" >&2; exit 1; }
@@ -80,8 +91,51 @@ YAML
 	say "wavegate did not become ready"; tail -20 "$dev/manager.log" >&2; exit 1
 }
 
+# engines starts the GitOps engines named in ENGINES (built by `make cluster-assets ENGINES=...`).
+engines() {
+	for engine in ${ENGINES:-}; do
+		case $engine in
+		argocd) argocd_up ;;
+		flux) "$root/test/tools/dev/flux.sh" up ;;
+		*) say "unknown engine $engine (known: argocd flux)"; exit 1 ;;
+		esac
+	done
+}
+
+# argocd_up runs Argo CD's real application controller and repo server as local processes, with an
+# in-memory redis, all on 127.0.0.1. Applications sync from file:// Git repositories (no Git server).
+argocd_up() {
+	local version argocd
+	version=$("$root/test/tools/version.sh" argocd github.com/argoproj/argo-cd/v3)
+	argocd=$bin/argocd-$version
+	[ -x "$argocd" ] || { say "$argocd is missing: run make cluster-assets ENGINES=argocd"; exit 1; }
+	say "starting Argo CD $version (application-controller, repo-server, redis)"
+	"$kubectl" apply --server-side -f "$bin/argocd-$version-files/crds/" >/dev/null
+	established applications.argoproj.io appprojects.argoproj.io
+	"$kubectl" apply -f "$root/test/tools/dev/argocd.yaml" >/dev/null
+	mkdir -p "$dev/argocd/tls" "$dev/argocd/ssh" "$dev/argocd/home"
+	start argocd-redis "$argocd" redis 127.0.0.1:16379
+	PATH=$bin/argocd-$version-files/bin:$PATH HOME=$dev/argocd/home ARGOCD_GPG_ENABLED=false \
+		ARGOCD_TLS_DATA_PATH=$dev/argocd/tls ARGOCD_SSH_DATA_PATH=$dev/argocd/ssh \
+		start argocd-repo-server "$argocd" repo-server --address 127.0.0.1 --port 18084 --metrics-address 127.0.0.1 \
+		--metrics-port 18085 --disable-tls --client-ca-path= --redis 127.0.0.1:16379 --logformat text
+	HOME=$dev/argocd/home ARGOCD_FAKE_IN_CLUSTER=true \
+		start argocd-application-controller "$argocd" application-controller --kubeconfig "$dev/kubeconfig" --namespace argocd \
+		--repo-server 127.0.0.1:18084 --repo-server-plaintext --redis 127.0.0.1:16379 --metrics-port 18086 \
+		--status-processors 2 --operation-processors 2 --logformat text
+	for _ in $(seq 150); do # the repo server listens once it is ready
+		(exec 3<>/dev/tcp/127.0.0.1/18084) 2>/dev/null && break
+		for name in argocd-redis argocd-repo-server argocd-application-controller; do
+			running "$name" || { say "$name stopped:"; tail -20 "$dev/$name.log" >&2; exit 1; }
+		done
+		sleep 0.2
+	done
+	say "Argo CD is running: Applications in namespace argocd (logs in $dev/argocd-*.log)"
+}
+
 down() {
-	for name in podrunner manager; do
+	[ -f "$dev/flux-kustomize-controller.pid" ] && "$root/test/tools/dev/flux.sh" down
+	for name in argocd-application-controller argocd-repo-server argocd-redis podrunner manager; do
 		if running "$name"; then
 			kill "$(cat "$dev/$name.pid")" 2>/dev/null || true
 			for _ in $(seq 50); do running "$name" || break; sleep 0.1; done
