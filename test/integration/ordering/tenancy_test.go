@@ -54,7 +54,9 @@ func TestTenantCannotCaptureAnotherSequence(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
 	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
 	eventuallyUngated(t, pod)
-	g.Expect(sequenceStatus(g, victim).Status.Summary).To(Equal("database 1/1 Released, web 0/1 Waiting"))
+	// The status is written after the ungating, in the same reconcile or the next one.
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, victim).Status.Summary }).WithTimeout(timeout).
+		Should(Equal("database 1/1 Released, web 0/1 Waiting"))
 }
 
 // TestDeclaredSharedSequence: a platform team declares a sequence shared by the namespaces it
@@ -83,7 +85,8 @@ func TestDeclaredSharedSequence(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
 	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
 	eventuallyUngated(t, pod)
-	g.Expect(sequenceStatus(g, shared).Status.Summary).To(Equal("database 1/1 Released, web 0/1 Waiting"))
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, shared).Status.Summary }).WithTimeout(timeout).
+		Should(Equal("database 1/1 Released, web 0/1 Waiting"))
 
 	intruder := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: other, Labels: withSequence(member("zzz", 0), shared)}}
 	g.Expect(env.Client.Create(ctx, intruder)).To(MatchError(ContainSubstring("namespace " + other + " may join only its own sequences")))
