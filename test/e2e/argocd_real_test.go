@@ -259,7 +259,9 @@ func TestArgoCDPruneAndDeletionFollowGroups(t *testing.T) {
 			waitSyncedHealthy(t, name, repo)
 
 			// Application deletion: Argo CD deletes by live wave, highest first, and waits for each wave.
+			start := time.Now()
 			run(t, "delete", "-n", "argocd", "application/"+name, "--wait=true", "--timeout=120s")
+			t.Logf("teardown time, Argo CD Application deletion (%s diff; operator, Widget, namespace): %s", diff, time.Since(start).Round(100*time.Millisecond))
 			list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")

@@ -205,7 +205,9 @@ func TestOperatorTeardownWithKubectl(t *testing.T) {
 	ctx := context.Background()
 	installWidgets(t)
 
+	start := time.Now()
 	run(t, "delete", "-f", filepath.Join(example("widgets"), "app.yaml"), "--wait=true", "--timeout=90s")
+	t.Logf("teardown time, background (kubectl delete -f, operator + 2 Widgets + namespace): %s", time.Since(start).Round(100*time.Millisecond))
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	list, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

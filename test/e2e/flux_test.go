@@ -174,11 +174,13 @@ func TestFluxDeletionKeepsTheOperator(t *testing.T) {
 	kustomizationReady(t, "widgets")
 	waitReleased(t, "widgets", "instances 2/2 Released")
 
+	start := time.Now()
 	run(t, "delete", "-n", "flux-system", "kustomization/widgets", "--wait=true", "--timeout=120s")
 	g.Eventually(func() bool {
 		_, err := cs.CoreV1().Namespaces().Get(ctx, "widgets", metav1.GetOptions{})
 		return err != nil
 	}).WithTimeout(2*time.Minute).WithPolling(500*time.Millisecond).Should(BeTrue(), "namespace widgets is stuck")
+	t.Logf("teardown time, Flux Kustomization deletion (operator, 2 Widgets, namespace): %s", time.Since(start).Round(100*time.Millisecond))
 	list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")

@@ -181,13 +181,16 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 	out, err := exec.Command(kubectl, "delete", "-n", ns, "deployment/widget-operator", "--cascade=foreground", "--wait=false").CombinedOutput()
 	g.Expect(err).To(HaveOccurred(), "a foreground deletion of the operator was allowed while its Widgets exist: %s", out)
 	g.Expect(string(out)).To(ContainSubstring(`is deleted after group(s) instances (2 objects remain)`))
+	start := time.Now()
 	run(t, "delete", "-n", ns, "widgets", "--all", "--cascade=foreground", "--wait=true", "--timeout=60s")
 	run(t, "delete", "-n", ns, "deployment/widget-operator", "--cascade=foreground", "--wait=true", "--timeout=60s")
+	t.Logf("teardown time, foreground (Widgets, then the operator, as Argo CD orders it): %s", time.Since(start).Round(100*time.Millisecond))
 	deleteNamespaceTimed(t, ns)
 
 	ns = "td-orphan"
 	applyYAML(t, operatorApp(ns, "Deployment", 2))
 	waitReleased(t, ns, "instances 2/2 Released")
+	start = time.Now()
 	run(t, "delete", "-n", ns, "deployment/widget-operator", "--cascade=orphan", "--wait=false")
 	g.Consistently(func() error {
 		_, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
@@ -198,6 +201,7 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 		_, err := cs.AppsV1().Deployments(ns).Get(ctx, "widget-operator", metav1.GetOptions{})
 		return err != nil
 	}).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "the Deployment was not released once its Widgets were gone")
+	t.Logf("teardown time, orphan (operator deleted, held 1.5 s, then the Widgets): %s", time.Since(start).Round(100*time.Millisecond))
 	deleteNamespaceTimed(t, ns)
 	list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
