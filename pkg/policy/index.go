@@ -239,6 +239,25 @@ func (i *Index) AppliesTo(policyName string, nsLabels map[string]string) bool {
 	return false
 }
 
+// PolicyGroups returns the groups the named policy declares, whether or not it selects
+// namespaces, in order.
+func (i *Index) PolicyGroups(policyName string) []Group {
+	if i == nil || i.root == nil {
+		return nil
+	}
+	var out []Group
+	for _, sp := range i.root.policies {
+		if sp.policy.Name != policyName {
+			continue
+		}
+		for _, g := range sp.policy.Spec.Groups {
+			out = append(out, groupOf(sp.policy, g))
+		}
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].Order < out[b].Order })
+	return out
+}
+
 func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
 	out := Group{
 		Name: g.Name, Order: g.Order, Required: g.Required, Policy: p.Name,

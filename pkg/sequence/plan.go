@@ -107,14 +107,21 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		g.Members = append(g.Members, m)
 	}
 	// A policy that declares its groups can require them: an earlier required group blocks the
-	// later groups of the same policy even while it has no members.
+	// later groups of the same policy even while it has no members. The policy is the one the
+	// group's members resolved to, which may select namespaces.
 	for _, g := range groupsOf(byName) {
-		def, ok := idx.Group(g.Name)
-		if !ok {
+		var pol string
+		for _, m := range g.Members {
+			if m.Resolution.Policy != nil {
+				pol = m.Resolution.Policy.Policy
+				break
+			}
+		}
+		if pol == "" {
 			continue
 		}
-		for _, req := range idx.Groups() {
-			if req.Policy == def.Policy && req.Required && req.Order < def.Order {
+		for _, req := range idx.PolicyGroups(pol) {
+			if req.Required && req.Order < g.Order {
 				if _, ok := byName[req.Name]; !ok {
 					byName[req.Name] = &Group{Name: req.Name, Order: req.Order, Required: true, Timeout: req.Timeout,
 						OnTimeout: req.OnTimeout, Readiness: idx.Readiness(req.Policy)}

@@ -48,6 +48,16 @@ func TestPlan(t *testing.T) {
 		Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
 	webOnly := []Member{m("web", 3, "shop", "web", 1)}
 	webOnly[0].Resolution.Policy = func() *policy.Group { g, _ := required.Group("web"); return &g }()
+	// The same policy selecting namespaces: its groups are not in the root index, only in the view
+	// of the namespaces it selects, and its required group must block all the same.
+	scoped := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Groups:            []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
+	webScoped := []Member{m("web", 3, "shop", "web", 1)}
+	webScoped[0].Resolution.Policy = func() *policy.Group {
+		g, _ := scoped.For("shop", map[string]string{"team": "a"}, "shop").Group("web")
+		return &g
+	}()
 
 	cases := map[string]struct {
 		members []Member
@@ -64,6 +74,8 @@ func TestPlan(t *testing.T) {
 		"all released": {members: members, jobs: complete("db", "migrate", "web"), want: []phase{
 			{"db", wavev1.GroupReleased, true, true}, {"migrate", wavev1.GroupReleased, true, true}, {"web", wavev1.GroupReleased, true, true}}},
 		"a required group without members blocks": {members: webOnly, idx: required, jobs: complete(), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+		"a required group of a policy that selects namespaces blocks": {members: webScoped, idx: scoped, jobs: complete(), want: []phase{
 			{"db", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
 	}
 	for name, tc := range cases {
