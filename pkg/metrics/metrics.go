@@ -16,11 +16,11 @@ var (
 	GroupsWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "wavegate_groups_waiting", Help: "Groups of a sequence that are not released yet.",
 	}, []string{"sequence"})
-	// ReleaseLatency is the time from an earlier group's wait Job completing to the gates of the
-	// next group's pods being removed.
+	// ReleaseLatency is the time from an earlier group's waiter exiting successfully (or, without
+	// its pod, its wait Job completing) to the gates of the next group's pods being removed.
 	ReleaseLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "wavegate_release_latency_seconds",
-		Help:    "Seconds from the wait Job that released a group to the removal of the next group's gates.",
+		Help:    "Seconds from the waiter that released a group exiting to the removal of the next group's gates.",
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
 	})
 	// WaitJobFailures counts wait Jobs that failed, by reason (Failed, TimedOut).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -129,17 +130,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
-	if err := r.openJobs(ctx, seq, plan, gate, td); err != nil {
+	// Ungating comes first: it is what the next group waits for at a boundary.
+	gated, err := r.ungate(ctx, seq, gate)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
 		errs = append(errs, err)
 	}
-	gated, err := r.ungate(ctx, seq, gate)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	observeReleases(plan, jobs, gated, r.now())
+	observeReleases(plan, jobs, succeeded, gated, r.now())
 	r.emitEvents(plan, prev, objs)
 	if err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
 		errs = append(errs, err)
@@ -147,7 +149,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: td.Requeue}, errors.Join(errs...)
 }
 
-// openJobs creates the wait Job of every group the opener opens.
 func (r *Reconciler) now() time.Time {
 	if r.Now != nil {
 		return r.Now()
@@ -165,18 +166,40 @@ func (r *Reconciler) holder() *teardown.Holder {
 	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now}
 }
 
-func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, gate *opener, td *teardown.Result) error {
+// openJobs starts and arms wait Jobs. An open group's Job is created with the group's timeout, or
+// armed with it if it started ahead of the group's turn; both only once the opener opens the group,
+// because the timeout counts from then. The Job of the group after the one that is waiting starts
+// unarmed at once: it opens nothing, and its pod start is then off the next boundary's path.
+func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) error {
+	byKey := make(map[string]*batchv1.Job, len(jobs))
+	for i := range jobs {
+		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
+	}
 	for _, g := range plan {
 		// A group whose members are being deleted gets no new wait Job: its revision is not final.
-		if !g.Open || g.JobName == "" || g.JobState != JobMissing || td.Terminating[g.Name] > 0 {
+		if g.JobName == "" || td.Terminating[g.Name] > 0 {
 			continue
 		}
-		open, err := gate.Open(g.Name)
-		if err != nil {
-			return err
-		}
-		if open {
-			if err := r.createJob(ctx, seq, g); err != nil {
+		j := byKey[g.JobNamespace+"/"+g.JobName]
+		switch {
+		case g.Prestart && g.JobState == JobMissing:
+			if err := r.createJob(ctx, seq, g, false); err != nil {
+				return err
+			}
+		case g.Open && (g.JobState == JobMissing || g.JobState == JobRunning && j != nil && j.Spec.ActiveDeadlineSeconds == nil):
+			open, err := gate.Open(g.Name)
+			if err != nil {
+				return err
+			}
+			if !open {
+				continue
+			}
+			if j == nil {
+				err = r.createJob(ctx, seq, g, true)
+			} else {
+				err = r.armJob(ctx, j, g)
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -76,7 +76,12 @@ type Group struct {
 	Readiness wavev1.Readiness
 	// Open is true when every earlier group is released: the group's pods may run and its wait
 	// Job may start.
-	Open     bool
+	Open bool
+	// Prestart is true for the group right after one whose waiter is running: its wait Job starts
+	// ahead of its turn, without a deadline, so that the waiter's pod start is off the group
+	// boundary's path. It releases nothing: the group still opens only when every earlier group is
+	// released, and the group's timeout is armed then (see armJob).
+	Prestart bool
 	Released bool
 	Phase    wavev1.GroupPhase
 	Message  string
@@ -130,7 +135,7 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 	}
 	groups := groupsOf(byName)
-	open := true
+	open, prestart := true, false
 	var blocking string
 	for _, g := range groups {
 		sort.Slice(g.Members, func(i, j int) bool { return g.Members[i].ref() < g.Members[j].ref() })
@@ -166,6 +171,11 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 		if !g.Released && open {
 			open, blocking = false, g.Name
+			prestart = len(g.Members) > 0 && (g.JobState == JobRunning || g.JobState == JobMissing)
+			continue
+		}
+		if prestart {
+			g.Prestart, prestart = len(g.Members) > 0, false
 		}
 	}
 	return groups

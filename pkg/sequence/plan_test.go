@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,27 +23,35 @@ type phase struct {
 	Phase    wavev1.GroupPhase
 	Open     bool
 	Released bool
+	Prestart bool
 }
 
 func phases(gs []*Group) []phase {
 	out := make([]phase, len(gs))
 	for i, g := range gs {
-		out[i] = phase{g.Name, g.Phase, g.Open, g.Released}
+		out[i] = phase{g.Name, g.Phase, g.Open, g.Released, g.Prestart}
 	}
 	return out
 }
 
 func TestPlan(t *testing.T) {
 	members := []Member{m("web", 3, "shop", "web", 1), m("db", 1, "shop", "db", 1), m("migrate", 2, "shop", "migrate", 1)}
-	complete := func(done ...string) JobStates {
+	states := func(state map[string]JobState) JobStates {
 		return func(_, name string) JobState {
-			for _, g := range done {
+			for g, s := range state {
 				if name == JobName("shop", g, revision([]Member{byGroup(members, g)})) {
-					return JobComplete
+					return s
 				}
 			}
 			return JobMissing
 		}
+	}
+	complete := func(done ...string) JobStates {
+		m := map[string]JobState{}
+		for _, g := range done {
+			m[g] = JobComplete
+		}
+		return states(m)
 	}
 	required := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
 		Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
@@ -65,18 +74,25 @@ func TestPlan(t *testing.T) {
 		jobs    JobStates
 		want    []phase
 	}{
-		"nothing released": {members: members, jobs: complete(), want: []phase{
-			{"db", wavev1.GroupWaiting, true, false}, {"migrate", wavev1.GroupPending, false, false}, {"web", wavev1.GroupPending, false, false}}},
+		"nothing released: the next group's waiter starts ahead": {members: members, jobs: complete(), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false, false}, {"migrate", wavev1.GroupPending, false, false, true}, {"web", wavev1.GroupPending, false, false, false}}},
 		"first released": {members: members, jobs: complete("db"), want: []phase{
-			{"db", wavev1.GroupReleased, true, true}, {"migrate", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+			{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, true}}},
 		"a later group's old Job does not open it early": {members: members, jobs: complete("migrate"), want: []phase{
-			{"db", wavev1.GroupWaiting, true, false}, {"migrate", wavev1.GroupPending, false, true}, {"web", wavev1.GroupPending, false, false}}},
+			{"db", wavev1.GroupWaiting, true, false, false}, {"migrate", wavev1.GroupPending, false, true, true}, {"web", wavev1.GroupPending, false, false, false}}},
+		"a pre-started waiter that succeeded releases its group once the earlier one is": {members: members,
+			jobs: states(map[string]JobState{"db": JobComplete, "migrate": JobComplete, "web": JobRunning}), want: []phase{
+				{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupReleased, true, true, false}, {"web", wavev1.GroupWaiting, true, false, false}}},
+		"no waiter starts ahead of a failed group": {members: members, jobs: states(map[string]JobState{"db": JobFailed}), want: []phase{
+			{"db", wavev1.GroupFailed, true, false, false}, {"migrate", wavev1.GroupPending, false, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
+		"no waiter starts ahead of a timed-out group": {members: members, jobs: states(map[string]JobState{"db": JobComplete, "migrate": JobTimedOut}), want: []phase{
+			{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupTimedOut, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
 		"all released": {members: members, jobs: complete("db", "migrate", "web"), want: []phase{
-			{"db", wavev1.GroupReleased, true, true}, {"migrate", wavev1.GroupReleased, true, true}, {"web", wavev1.GroupReleased, true, true}}},
-		"a required group without members blocks": {members: webOnly, idx: required, jobs: complete(), want: []phase{
-			{"db", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+			{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupReleased, true, true, false}, {"web", wavev1.GroupReleased, true, true, false}}},
+		"a required group without members blocks, and nothing starts ahead of it": {members: webOnly, idx: required, jobs: complete(), want: []phase{
+			{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
 		"a required group of a policy that selects namespaces blocks": {members: webScoped, idx: scoped, jobs: complete(), want: []phase{
-			{"db", wavev1.GroupWaiting, true, false}, {"web", wavev1.GroupPending, false, false}}},
+			{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -121,5 +137,26 @@ func TestNames(t *testing.T) {
 		if got := ObjectName(seq); len(got) < len(want) || got[:len(want)] != want {
 			t.Errorf("ObjectName(%q) = %q, want prefix %q", seq, got, want)
 		}
+	}
+}
+
+func TestArmDeadline(t *testing.T) {
+	created := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		now     time.Time
+		timeout time.Duration
+		want    int64
+	}{
+		"armed at creation":                {created, 10 * time.Minute, 600},
+		"armed 42.3 s after creation":      {created.Add(42300 * time.Millisecond), 10 * time.Minute, 643},
+		"a timeout under a second":         {created, 100 * time.Millisecond, 1},
+		"a clock behind the creation time": {created.Add(-2 * time.Second), 10 * time.Second, 8},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := armDeadline(created, tc.now, tc.timeout); got != tc.want {
+				t.Errorf("armDeadline = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }

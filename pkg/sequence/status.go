@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -161,15 +162,20 @@ func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) err
 	return r.Client.Delete(ctx, s)
 }
 
-// observeReleases records, for each group whose pods were just ungated, the time since the wait
-// Job of the group that released it completed.
-func observeReleases(plan []*Group, jobs []batchv1.Job, u *ungated, now time.Time) {
-	completed := map[string]time.Time{}
+// observeReleases records, for each group whose pods were just ungated, the time since the
+// earlier group was done: its waiter's exit (the evidence the release acts on) or, without it, the
+// wait Job's Complete condition.
+func observeReleases(plan []*Group, jobs []batchv1.Job, succeeded map[types.UID]time.Time, u *ungated, now time.Time) {
+	done := map[string]time.Time{}
 	for _, j := range jobs {
+		t := succeeded[j.UID]
 		for _, c := range j.Status.Conditions {
-			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
-				completed[j.Namespace+"/"+j.Name] = c.LastTransitionTime.Time
+			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue && (t.IsZero() || c.LastTransitionTime.Time.Before(t)) {
+				t = c.LastTransitionTime.Time
 			}
+		}
+		if !t.IsZero() {
+			done[j.Namespace+"/"+j.Name] = t
 		}
 	}
 	var last time.Time
@@ -177,7 +183,7 @@ func observeReleases(plan []*Group, jobs []batchv1.Job, u *ungated, now time.Tim
 		if len(u.released[g.Name]) > 0 && !last.IsZero() {
 			metrics.ReleaseLatency.Observe(now.Sub(last).Seconds())
 		}
-		if t, ok := completed[g.JobNamespace+"/"+g.JobName]; ok && t.After(last) {
+		if t, ok := done[g.JobNamespace+"/"+g.JobName]; ok && t.After(last) {
 			last = t
 		}
 	}

@@ -5,7 +5,9 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/resolve"
 	"wavegate.io/wavegate/pkg/waiter"
 )
@@ -30,11 +33,12 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 	return list.Items, nil
 }
 
-// succeededWaiters returns the UIDs of the wait Jobs of a sequence whose pod has succeeded: the
-// waiter exited 0, so every member was ready. It is the same evidence as the Job's Complete
+// succeededWaiters returns the UIDs of the wait Jobs of a sequence whose pod has succeeded, with
+// when the waiter finished (zero if the pod does not say): the waiter exited 0, so every member
+// was ready. It is the same evidence as the Job's Complete
 // condition, which the Job controller writes only after batching pod updates (about a second
 // later): releasing on it takes that second off every group boundary.
-func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[types.UID]bool, error) {
+func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[types.UID]time.Time, error) {
 	if r.WaitPods == nil {
 		return nil, nil
 	}
@@ -42,11 +46,17 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[type
 	if err := r.WaitPods.List(ctx, &pods, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
 		return nil, fmt.Errorf("listing wait-Job pods: %w", err)
 	}
-	out := map[types.UID]bool{}
+	out := map[types.UID]time.Time{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == "Job" && p.Status.Phase == corev1.PodSucceeded {
-			out[c.UID] = true
+			var finished time.Time
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil && t.FinishedAt.After(finished) {
+					finished = t.FinishedAt.Time
+				}
+			}
+			out[c.UID] = finished
 		}
 	}
 	return out, nil
@@ -54,7 +64,7 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[type
 
 // jobStates reads wait Jobs' states: from their conditions, and a Job still running whose pod
 // succeeded is complete.
-func jobStates(jobs []batchv1.Job, succeeded map[types.UID]bool) JobStates {
+func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates {
 	byKey := map[string]*batchv1.Job{}
 	for i := range jobs {
 		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
@@ -65,7 +75,7 @@ func jobStates(jobs []batchv1.Job, succeeded map[types.UID]bool) JobStates {
 			return JobMissing
 		}
 		s := StateOf(j)
-		if s == JobRunning && succeeded[j.UID] {
+		if _, ok := succeeded[j.UID]; s == JobRunning && ok {
 			return JobComplete
 		}
 		return s
@@ -93,17 +103,47 @@ func StateOf(j *batchv1.Job) JobState {
 	return JobRunning
 }
 
-func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) error {
-	job := r.waitJob(seq, g)
+// createJob creates the wait Job of a group's current revision: armed with the group's timeout
+// when the group is open, unarmed when it starts ahead of its turn (Prestart).
+func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group, armed bool) error {
+	job := r.waitJob(seq, g, armed)
 	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision)
+	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision, "armed", armed)
 	return nil
 }
 
-// waitJob builds the wait Job of a group's current revision.
-func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
+// armDeadline is the activeDeadlineSeconds that makes a Job created at created time out no
+// earlier than timeout after now: the Job controller counts it from the Job's startTime, which is
+// never before its creationTimestamp (itself truncated to the second, so the clock errs long).
+func armDeadline(created, now time.Time, timeout time.Duration) int64 {
+	d := int64(math.Ceil((timeout + now.Sub(created)).Seconds()))
+	return max(d, 1)
+}
+
+// armJob gives a wait Job that started ahead of its group's turn the group's timeout, counted from
+// now, when the group opens. Only a Job without a deadline is armed, so a restarted manager arms
+// only what was not armed yet (a cache that lags re-arms a moment later, which errs long).
+func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
+	d := armDeadline(j.CreationTimestamp.Time, r.now(), g.Timeout)
+	body, err := patch.Marshal(patch.Add("/spec/activeDeadlineSeconds", d))
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, j, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d)
+	return nil
+}
+
+// waitJob builds the wait Job of a group's current revision. An unarmed Job has no deadline yet:
+// armJob sets it when the group opens.
+func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
 	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
@@ -113,12 +153,12 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 		}
 	}
 	args := wa.Encode()
-	deadline := int64(g.Timeout.Seconds())
-	if deadline < 1 {
-		deadline = 1
-	}
 	// The Job's activeDeadlineSeconds is the only clock: the Job controller then fails the Job
 	// with reason DeadlineExceeded, which is how a timeout is told from a failure.
+	var deadline *int64
+	if armed {
+		deadline = ptr.To(max(int64(g.Timeout.Seconds()), 1))
+	}
 	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq, keys.WaitRevisionLabel: g.Revision}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -127,7 +167,7 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: &deadline,
+			ActiveDeadlineSeconds: deadline,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},
 				Spec: corev1.PodSpec{
@@ -147,16 +187,20 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	}
 }
 
+// deleteStaleJobs deletes the wait Jobs that no group of the plan needs: those of earlier revisions,
+// and unarmed ones still running whose group is neither open nor next (an earlier group failed or
+// timed out: the waiter would wait for a turn that does not come until that group changes).
 func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
-	current := map[string]bool{}
+	current := map[string]*Group{}
 	for _, g := range plan {
 		if g.JobName != "" {
-			current[g.JobNamespace+"/"+g.JobName] = true
+			current[g.JobNamespace+"/"+g.JobName] = g
 		}
 	}
 	for i := range jobs {
 		j := &jobs[i]
-		if current[j.Namespace+"/"+j.Name] || j.DeletionTimestamp != nil {
+		g, ok := current[j.Namespace+"/"+j.Name]
+		if j.DeletionTimestamp != nil || ok && (g.Open || g.Prestart || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds != nil) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {

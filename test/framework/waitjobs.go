@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -32,6 +33,26 @@ type WaitJobRunner struct {
 	logs      map[string]*bytes.Buffer
 	seen      map[string]bool
 	completed map[string]time.Time
+	running   map[string]*runningJob // by Job UID
+}
+
+// runningJob is a waiter in progress: its start, and its deadline once the Job has one (a Job
+// that started ahead of its group's turn is given its deadline later, as the Job controller
+// honours an updated activeDeadlineSeconds counted from the Job's start).
+type runningJob struct {
+	started time.Time
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+}
+
+var errDeadline = errors.New("the Job's activeDeadlineSeconds passed")
+
+// arm starts the deadline clock of a running Job once (r.mu held).
+func (j *runningJob) arm(d *int64) {
+	if d == nil || j.timer != nil {
+		return
+	}
+	j.timer = time.AfterFunc(time.Until(j.started.Add(time.Duration(*d)*time.Second)), func() { j.cancel(errDeadline) })
 }
 
 // CompletedAt returns when the runner wrote a wait Job's final status, or the zero time.
@@ -52,13 +73,22 @@ func (e *Env) RunWaitJobs(ctx context.Context) (*WaitJobRunner, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &WaitJobRunner{clients: cs, dynamic: dyn, cancel: cancel, logs: map[string]*bytes.Buffer{}, seen: map[string]bool{}, completed: map[string]time.Time{}}
+	r := &WaitJobRunner{clients: cs, dynamic: dyn, cancel: cancel, logs: map[string]*bytes.Buffer{}, seen: map[string]bool{},
+		completed: map[string]time.Time{}, running: map[string]*runningJob{}}
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.SelectorFromSet(labels.Set{keys.WaitJobLabel: "true"}).String()
 	}))
 	inf := f.Batch().V1().Jobs().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { r.start(ctx, obj.(*batchv1.Job)) },
+		UpdateFunc: func(_, obj any) {
+			job := obj.(*batchv1.Job)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if j, ok := r.running[string(job.UID)]; ok {
+				j.arm(job.Spec.ActiveDeadlineSeconds)
+			}
+		},
 	}); err != nil {
 		cancel()
 		return nil, err
@@ -102,15 +132,22 @@ func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 	r.seen[string(job.UID)] = true
 	buf := &bytes.Buffer{}
 	r.logs[key] = buf
+	started := metav1.Now()
+	runCtx, cancel := context.WithCancelCause(ctx)
+	run := &runningJob{started: started.Time, cancel: cancel}
+	run.arm(job.Spec.ActiveDeadlineSeconds)
+	r.running[string(job.UID)] = run
 	r.mu.Unlock()
 	go func() {
-		started := metav1.Now()
-		runCtx := ctx
-		if d := job.Spec.ActiveDeadlineSeconds; d != nil {
-			var cancel context.CancelFunc
-			runCtx, cancel = context.WithTimeout(ctx, time.Duration(*d)*time.Second)
-			defer cancel()
-		}
+		defer func() {
+			r.mu.Lock()
+			if run.timer != nil {
+				run.timer.Stop()
+			}
+			delete(r.running, string(job.UID))
+			r.mu.Unlock()
+			cancel(nil)
+		}()
 		c := cmd.NewWaitCommand(func() (dynamic.Interface, error) { return r.dynamic, nil }, lockedBuffer{&r.mu, buf})
 		c.SetArgs(job.Spec.Template.Spec.Containers[0].Args[1:])
 		c.SilenceErrors, c.SilenceUsage = true, true
@@ -122,7 +159,7 @@ func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 		if err != nil {
 			code = cmd.ExitCode(err)
 		}
-		deadline := runCtx.Err() != nil
+		deadline := errors.Is(context.Cause(runCtx), errDeadline)
 		if uerr := r.finish(ctx, job, started, code, deadline); uerr != nil {
 			fmt.Fprintf(lockedBuffer{&r.mu, buf}, "runner: writing the Job status: %v\n", uerr)
 		}

@@ -163,7 +163,8 @@ func TestManagerRestartMidSequence(t *testing.T) {
 	markStatefulSetReady(t, a.db) // the wait Job (not the manager) sees this and completes
 	g.Eventually(func(g Gomega) bool {
 		var jobs batchv1.JobList
-		g.Expect(env.Client.List(context.Background(), &jobs, client.InNamespace(a.ns), client.MatchingLabels{keys.WaitJobLabel: "true"})).To(Succeed())
+		g.Expect(env.Client.List(context.Background(), &jobs, client.InNamespace(a.ns),
+			client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitGroupLabel: "database"})).To(Succeed())
 		g.Expect(jobs.Items).To(HaveLen(1))
 		return sequence.StateOf(&jobs.Items[0]) == sequence.JobComplete
 	}).WithTimeout(timeout).Should(BeTrue())
@@ -176,4 +177,87 @@ func TestManagerRestartMidSequence(t *testing.T) {
 	expectGated(t, a.webPod)
 	markJobComplete(t, a.migrate)
 	eventuallyUngated(t, a.webPod)
+}
+
+// waitJobOf returns the wait Job the Sequence status names for a group, once it names one.
+func waitJobOf(t *testing.T, seq, group string) *batchv1.Job {
+	t.Helper()
+	g := NewWithT(t)
+	j := &batchv1.Job{}
+	g.Eventually(func(g Gomega) {
+		for _, gs := range sequenceStatus(g, seq).Status.Groups {
+			if gs.Name == group {
+				ns, name, ok := strings.Cut(gs.WaitJob, "/")
+				g.Expect(ok).To(BeTrue(), "group %s has no wait Job yet", group)
+				g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, j)).To(Succeed())
+				return
+			}
+		}
+		g.Expect(group).To(BeEmpty(), "no group %s in the Sequence status", group)
+	}).WithTimeout(timeout).Should(Succeed())
+	return j
+}
+
+// The waiter of the group after the one that is waiting starts ahead of its turn, unarmed: its
+// group's timeout counts from when the group opens, not from when its waiter started.
+func TestPrestartedWaiterTimesOutFromItsGroupsOpening(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	const limit = 3 * time.Second
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "prestart-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: "first-" + ns, Order: 1},
+			{Name: "second-" + ns, Order: 2, Timeout: &metav1.Duration{Duration: limit}},
+		}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	first := statefulSet(ns, "first", map[string]string{keys.GroupLabel: "first-" + ns})
+	second := deployment(ns, "second", map[string]string{keys.GroupLabel: "second-" + ns})
+	g.Eventually(func() error { return env.Client.Create(ctx, first) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Create(ctx, second)).To(Succeed())
+
+	pre := waitJobOf(t, ns, "second-"+ns)
+	g.Expect(pre.Spec.ActiveDeadlineSeconds).To(BeNil(), "a waiter started ahead of its turn has no deadline yet")
+	g.Expect(groupPhase(ns, "second-"+ns)(g)).To(Equal(wavev1.GroupPending))
+	// The pre-started waiter runs longer than the group's timeout before the group opens.
+	g.Consistently(groupPhase(ns, "second-"+ns)).WithTimeout(limit + time.Second).Should(Equal(wavev1.GroupPending))
+
+	markStatefulSetReady(t, first)
+	g.Eventually(groupPhase(ns, "first-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupReleased))
+	opened := time.Now()
+	g.Eventually(func(g Gomega) *int64 {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pre), pre)).To(Succeed())
+		return pre.Spec.ActiveDeadlineSeconds
+	}).WithTimeout(timeout).ShouldNot(BeNil(), "the waiter is armed when its group opens")
+	g.Expect(time.Duration(*pre.Spec.ActiveDeadlineSeconds)*time.Second).To(BeNumerically(">=", limit+opened.Sub(pre.CreationTimestamp.Time)-time.Second),
+		"the deadline counts the group's timeout from its opening")
+	// Not timed out at once although its waiter started long before: only a timeout after opening.
+	g.Consistently(groupPhase(ns, "second-"+ns)).WithTimeout(limit - time.Second).Should(Equal(wavev1.GroupWaiting))
+	g.Eventually(groupPhase(ns, "second-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
+}
+
+// A waiter started ahead of its turn is removed when the group before it times out (Block): its
+// group does not open until that group changes.
+func TestPrestartedWaiterGoesWhenTheGroupBeforeTimesOut(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "prestart-block-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: "slow-" + ns, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}},
+			{Name: "next-" + ns, Order: 2},
+		}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	slow := statefulSet(ns, "slow", map[string]string{keys.GroupLabel: "slow-" + ns})
+	next := deployment(ns, "next", map[string]string{keys.GroupLabel: "next-" + ns})
+	g.Eventually(func() error { return env.Client.Create(ctx, slow) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Create(ctx, next)).To(Succeed())
+	pre := waitJobOf(t, ns, "next-"+ns)
+	g.Eventually(groupPhase(ns, "slow-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
+	g.Eventually(func() bool {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(pre), pre)
+		return err != nil || pre.DeletionTimestamp != nil
+	}).WithTimeout(timeout).Should(BeTrue(), "the pre-started waiter of a group that cannot open is deleted")
 }
