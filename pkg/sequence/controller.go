@@ -166,45 +166,61 @@ func (r *Reconciler) holder() *teardown.Holder {
 	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now}
 }
 
-// openJobs starts and arms wait Jobs. An open group's Job is created with the group's timeout, or
-// armed with it if it started ahead of the group's turn; both only once the opener opens the group,
-// because the timeout counts from then. The Job of the group after the one that is waiting starts
-// unarmed at once: it opens nothing, and its pod start is then off the next boundary's path.
+// jobAction is what to do with a group's wait Job: create it (armed with the group's timeout, or
+// unarmed ahead of the group's turn), or arm the one that started ahead.
+type jobAction struct {
+	Group  *Group
+	Create bool
+	Armed  bool
+}
+
+// decideJobs is the one decision on wait Jobs, from a plan and the opener: an open group's Job is
+// created armed with the group's timeout, or armed if it started ahead of the group's turn; both
+// only once the opener opens the group, because the timeout counts from then. The Job of the
+// group after the one that is waiting starts unarmed at once: it opens nothing, and its pod start
+// is then off the next boundary's path. unarmed reports whether a group's existing Job has no
+// deadline yet; terminating groups (members being deleted) get no new Job.
+func decideJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating map[string]int32) ([]jobAction, error) {
+	var out []jobAction
+	for _, g := range plan {
+		if g.JobName == "" || terminating[g.Name] > 0 {
+			continue
+		}
+		switch {
+		case g.Prestart && g.JobState == JobMissing:
+			out = append(out, jobAction{Group: g, Create: true})
+		case g.Open && (g.JobState == JobMissing || g.JobState == JobRunning && unarmed(g)):
+			open, err := gate.Open(g.Name)
+			if err != nil {
+				return out, err
+			}
+			if open {
+				out = append(out, jobAction{Group: g, Create: g.JobState == JobMissing, Armed: true})
+			}
+		}
+	}
+	return out, nil
+}
+
+// openJobs carries out decideJobs.
 func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) error {
 	byKey := make(map[string]*batchv1.Job, len(jobs))
 	for i := range jobs {
 		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
 	}
-	for _, g := range plan {
-		// A group whose members are being deleted gets no new wait Job: its revision is not final.
-		if g.JobName == "" || td.Terminating[g.Name] > 0 {
-			continue
-		}
+	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
-		switch {
-		case g.Prestart && g.JobState == JobMissing:
-			if err := r.createJob(ctx, seq, g, false); err != nil {
-				return err
-			}
-		case g.Open && (g.JobState == JobMissing || g.JobState == JobRunning && j != nil && j.Spec.ActiveDeadlineSeconds == nil):
-			open, err := gate.Open(g.Name)
-			if err != nil {
-				return err
-			}
-			if !open {
-				continue
-			}
-			if j == nil {
-				err = r.createJob(ctx, seq, g, true)
-			} else {
-				err = r.armJob(ctx, j, g)
-			}
-			if err != nil {
-				return err
-			}
+		return j != nil && j.Spec.ActiveDeadlineSeconds == nil
+	}
+	actions, err := decideJobs(plan, gate, unarmed, td.Terminating)
+	for _, a := range actions {
+		if a.Create {
+			err = errors.Join(err, r.createJob(ctx, seq, a.Group, a.Armed))
+		} else {
+			err = errors.Join(err, r.armJob(ctx, byKey[a.Group.JobNamespace+"/"+a.Group.JobName], a.Group))
 		}
 	}
-	return nil
+	return err
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {

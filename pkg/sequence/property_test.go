@@ -17,8 +17,9 @@ import (
 // The property test simulates a sequence under churn and checks wavegate's one promise: no pod of a
 // new template is released while an earlier group is not verified ready at its current revision.
 // The controller is modelled with the real Plan and the real decision (the opener that Reconcile
-// uses): it plans on a cache that lags the world by a random number of steps and opens a group
-// (creates its wait Job, removes gates) through the opener, whose consistent read is the world. Restarts lose nothing because
+// uses, and decideJobs, which starts waiters ahead of their turn): it plans on a cache that lags the
+// world by a random number of steps and opens a group (arms its wait Job, removes gates) through
+// the opener, whose consistent read is the world. Restarts lose nothing because
 // the controller keeps no state: the world (Jobs, Sequence status) is all there is.
 
 type simMember struct {
@@ -42,6 +43,7 @@ type simWorld struct {
 	idx      *policy.Index
 	members  []*simMember
 	jobs     map[string]JobState // wait Jobs by name
+	armed    map[string]bool     // wait Jobs with a deadline
 	jobRev   map[string]struct{ group, rev string }
 	pods     []*simPod
 	cleared  map[string]map[string]bool // Sequence status: group -> templates
@@ -51,7 +53,7 @@ type simWorld struct {
 }
 
 func newWorld(rng *rand.Rand, n int) *simWorld {
-	w := &simWorld{rng: rng, seq: fmt.Sprintf("seq-%d", n), jobs: map[string]JobState{},
+	w := &simWorld{rng: rng, seq: fmt.Sprintf("seq-%d", n), jobs: map[string]JobState{}, armed: map[string]bool{},
 		jobRev: map[string]struct{ group, rev string }{}, cleared: map[string]map[string]bool{}}
 	groups := 2 + rng.IntN(4)
 	var specs []wavev1.GroupSpec
@@ -111,11 +113,13 @@ func (w *simWorld) reconcile(t *testing.T) {
 	}
 	cachePlan := w.plan(view)
 	gate := newOpener(cachePlan, func() (map[string]bool, error) { return openGroups(w.plan(w.snapshot())), nil })
-	for _, g := range cachePlan {
-		if open, _ := gate.Open(g.Name); open && g.JobName != "" && g.JobState == JobMissing {
-			w.jobs[g.JobName] = JobRunning
-			w.jobRev[g.JobName] = struct{ group, rev string }{g.Name, g.Revision}
+	actions, _ := decideJobs(cachePlan, gate, func(g *Group) bool { return !w.armed[g.JobName] }, nil)
+	for _, a := range actions {
+		if a.Create {
+			w.jobs[a.Group.JobName] = JobRunning
+			w.jobRev[a.Group.JobName] = struct{ group, rev string }{a.Group.Name, a.Group.Revision}
 		}
+		w.armed[a.Group.JobName] = a.Armed
 	}
 	for _, p := range w.pods {
 		name := w.groups[p.group]
@@ -150,7 +154,8 @@ func (w *simWorld) checkRelease(t *testing.T, p *simPod) {
 	}
 }
 
-// waiter completes running Jobs whose members are all ready now, as the real waiter watches them.
+// waiter completes running Jobs whose members are all ready now, as the real waiter watches them,
+// whether their group is open or their waiter started ahead of its turn.
 func (w *simWorld) waiter() {
 	for name, s := range w.jobs {
 		if s != JobRunning {
@@ -178,7 +183,7 @@ func (w *simWorld) waiter() {
 		switch {
 		case ready:
 			w.jobs[name] = JobComplete
-		case w.rng.IntN(20) == 0:
+		case w.armed[name] && w.rng.IntN(20) == 0: // only an armed Job has a deadline
 			w.jobs[name] = JobTimedOut
 		}
 	}
