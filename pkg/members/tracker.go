@@ -460,8 +460,8 @@ func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) 
 }
 
 // ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,
-// straight from the API server (a consistent read). namespace limits namespaced kinds to one
-// namespace ("" = all).
+// straight from the API server (a consistent read). namespace limits the read to namespaced kinds
+// in that namespace ("" = every kind, everywhere).
 func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, labelKeys []string, sequence, namespace string) ([]MetaObject, error) {
 	// One LIST per kind and label, a few at a time: the consistent read is on the critical path of
 	// every release, and dozens of kinds read one after the other would add up.
@@ -470,11 +470,11 @@ func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, label
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.SetLimit(freshListConcurrency)
 	for _, k := range kinds {
-		ns := ""
-		if k.Namespaced {
-			ns = namespace
+		if namespace != "" && !k.Namespaced {
+			continue
 		}
 		for _, l := range labelKeys {
+			ns := namespace
 			eg.Go(func() error {
 				list, err := md.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: Selector(l)})
 				if err != nil {

@@ -226,6 +226,13 @@ func (i *Index) MayJoin(sequence, namespace string, nsLabels map[string]string) 
 	return false
 }
 
+// Shared reports whether a WavePolicy declares the sequence as shared: only then may objects of
+// other namespaces than its own (the part of its name before the first dot), or cluster-scoped
+// objects, be its members.
+func (i *Index) Shared(sequence string) bool {
+	return i != nil && i.root != nil && len(i.root.sequences[sequence]) > 0
+}
+
 // AppliesTo reports whether the named policy applies to a namespace with these labels.
 func (i *Index) AppliesTo(policyName string, nsLabels map[string]string) bool {
 	if i == nil || i.root == nil {

@@ -6,6 +6,7 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,13 @@ type freshView struct {
 }
 
 func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
-	objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, "")
+	// A sequence that no policy shares has members only in its own namespace: the read stays there
+	// (one LIST per namespaced kind in one namespace, instead of every labeled object everywhere).
+	ns := ""
+	if !f.idx.Shared(f.seq) {
+		ns, _, _ = strings.Cut(f.seq, ".")
+	}
+	objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, ns)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,36 @@
+package policy
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+)
+
+func TestShared(t *testing.T) {
+	idx := Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{
+			{Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "platform"}}},
+			{Name: "crds", ClusterScoped: true},
+		}}}})
+	cases := map[string]struct {
+		idx  *Index
+		seq  string
+		want bool
+	}{
+		"declared for namespaces":     {idx, "platform", true},
+		"declared for cluster scope":  {idx, "crds", true},
+		"a namespace's own sequence":  {idx, "shop", false},
+		"a namespace's named one":     {idx, "shop.db", false},
+		"no policies":                 {Compile(nil), "platform", false},
+		"no index (policies not yet)": {nil, "platform", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.idx.Shared(tc.seq); got != tc.want {
+				t.Errorf("Shared(%q) = %v, want %v", tc.seq, got, tc.want)
+			}
+		})
+	}
+}
