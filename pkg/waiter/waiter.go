@@ -135,7 +135,11 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}
 		env = readiness.FuncEnv(w.list)
 	}
+	// Every member's kind is watched at once, and the wait for their first lists is signalled, not
+	// polled (WaitForCacheSync looks every 100 ms, one informer after the other): the waiter's start
+	// is on the path of every group boundary it does not start ahead of.
 	stores := map[scope]cache.Store{}
+	var synced []cache.DoneChecker
 	for _, m := range o.Members {
 		sc := scope{m.GVR, m.Namespace}
 		if _, ok := stores[sc]; ok {
@@ -149,11 +153,12 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}); err != nil {
 			return fmt.Errorf("watching %s: %w", m.GVR, err)
 		}
-		go inf.Run(ctx.Done())
+		go inf.RunWithContext(ctx)
 		stores[sc] = inf.GetStore()
-		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			return finish(ctx, o)
-		}
+		synced = append(synced, inf.HasSyncedChecker())
+	}
+	if !cache.WaitFor(ctx, "", synced...) {
+		return finish(ctx, o)
 	}
 
 	last := ""
@@ -275,7 +280,7 @@ func watchStorageClasses(ctx context.Context, client dynamic.Interface, notify f
 	}
 	go w.inf.RunWithContext(ctx)
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), w.inf.HasSynced) {
+		if cache.WaitFor(ctx, "", w.inf.HasSyncedChecker()) {
 			w.settle()
 			// With no StorageClasses at all, nothing else would announce the list.
 			notify()

@@ -62,6 +62,9 @@ func run(ctx context.Context, kubeconfig, binary, logs string) error {
 	if err != nil {
 		return err
 	}
+	// A kubelet's client limits (kubeAPIQPS 50, kubeAPIBurst 100), not client-go's defaults (5/10),
+	// which would make this stand-in slower than the kubelet it plays.
+	cfg.QPS, cfg.Burst = 50, 100
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
