@@ -90,7 +90,7 @@ for bin in "$@"; do
 		fi ;;
 	certmanager) # cert-manager's certificate controllers and cainjector, one binary (test/tools/certmanager)
 		cm_version=$("$here/version.sh" certmanager github.com/cert-manager/cert-manager)
-		[ -x "$dest/certmanager-$cm_version" ] || echo ">> cert-manager $cm_version: 4-10 min on 2 cores, depending on the Go build cache" >&2
+		[ -x "$dest/certmanager-$cm_version" ] || echo ">> cert-manager $cm_version: 3-5 min on 2 cores (cold)" >&2
 		build certmanager "certmanager-$cm_version" . "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm_version"
 		# Its CRDs, from the same module (what cert-manager's release manifests install).
 		if [ ! -d "$dest/certmanager-$cm_version-files" ]; then
