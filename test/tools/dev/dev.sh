@@ -46,15 +46,15 @@ start() { # name command...
 	echo $! >"$dev/$name.pid"
 }
 
-# engine reports whether ENGINES names an engine.
-engine() { [[ " ${ENGINES:-} " == *" $1 "* ]]; }
+# has_engine reports whether ENGINES names an engine.
+has_engine() { [[ " ${ENGINES:-} " == *" $1 "* ]]; }
 
 up() {
 	mkdir -p "$dev"
 	# Where the webhook's certificate comes from: the manager's own (self-managed), or, with
 	# ENGINES=certmanager, config/default's cert-manager mode.
 	local mode=self-managed config=config/dev
-	if engine certmanager; then mode=cert-manager config=config/dev-certmanager; fi
+	if has_engine certmanager; then mode=cert-manager config=config/dev-certmanager; fi
 	if running manager && [ "$(cat "$dev/cert-mode" 2>/dev/null)" != "$mode" ]; then
 		say "the local cluster's manager runs with $(cat "$dev/cert-mode" 2>/dev/null || echo other) certificates, not $mode: run 'make dev-down' first"
 		exit 1
