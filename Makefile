@@ -18,8 +18,9 @@ KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
 # -p 1: every integration package starts its own kube-apiserver and etcd; on 2 cores they run one
 # at a time so that timing-sensitive tests never compete for the CPU.
 GO_TEST_FLAGS ?= -timeout 20m -count=1 -p 1
-# GitOps engines the local cluster runs beside wavegate, built once into the cache when asked for:
-# any of "argocd flux". `make dev-up` runs none unless told; `make test-e2e` proves wavegate with them all.
+# Engines the local cluster runs beside wavegate, built once into the cache when asked for: any of
+# "argocd flux certmanager" (certmanager: the webhook serves the certificate cert-manager issues, as
+# config/default does). `make dev-up` runs none unless told; `make test-e2e` proves wavegate with them all.
 ENGINES ?=
 
 .PHONY: all
@@ -85,7 +86,7 @@ bench-release: cluster-assets build ## Release latency per group boundary on the
 ##@ Local cluster
 
 .PHONY: dev-up
-dev-up: cluster-assets build ## Start a local cluster (kwok) with wavegate; kubeconfig in .dev/kubeconfig. ENGINES="argocd flux" adds them.
+dev-up: cluster-assets build ## Start a local cluster (kwok) with wavegate; kubeconfig in .dev/kubeconfig. ENGINES="argocd flux certmanager" adds them.
 	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" test/tools/dev/dev.sh up
 
 .PHONY: dev-down
@@ -97,7 +98,7 @@ demo: cluster-assets build ## Show wavegate on a local cluster: ordered install 
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/demo.sh
 
 .PHONY: test-e2e
-test-e2e: ENGINES = argocd flux
+test-e2e: ENGINES = argocd flux certmanager
 test-e2e: cluster-assets build ## End-to-end tests against `make dev-up`'s cluster with every engine (started and stopped around the run).
 	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" test/tools/dev/e2e.sh
 

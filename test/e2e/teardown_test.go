@@ -211,8 +211,9 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 // TestUninstallFirstThenNamespaceDeletion: `wavegate uninstall` releases every finalizer and gate
 // and removes the webhook configurations; after it nothing is ordered, so the custom resources are
 // deleted before their operator by hand (as the README says) and the namespace then goes away with
-// nothing of wavegate's holding it. Afterwards the webhook configurations are re-applied and the
-// manager injects their CA at once, as a reinstall does.
+// nothing of wavegate's holding it. Afterwards the webhook configurations are re-applied and their
+// CA is injected at once (by the manager, or by cert-manager's cainjector with
+// ENGINES=certmanager), as a reinstall does.
 func TestUninstallFirstThenNamespaceDeletion(t *testing.T) {
 	startWidgetOperator(t)
 	g := NewWithT(t)
@@ -234,13 +235,14 @@ func TestUninstallFirstThenNamespaceDeletion(t *testing.T) {
 	deleteNamespaceTimed(t, ns)
 }
 
-// reinstallWebhooks re-applies config/dev's webhook configurations and waits until the webhook
-// admits again (the manager injects the CA into re-created configurations at once).
+// reinstallWebhooks re-applies the webhook configurations dev.sh applied (config/dev, or
+// config/dev-certmanager) and waits until the webhook admits again (the manager, or cert-manager's
+// cainjector, injects the CA into re-created configurations at once).
 func reinstallWebhooks(t *testing.T) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	run(t, "apply", "-k", filepath.Join(root, "config", "dev"))
+	run(t, "apply", "-k", devConfig())
 	probe := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "reinstall-probe", Labels: map[string]string{keys.EnabledLabel: "true"}}}
 	_, err := cs.CoreV1().Namespaces().Create(ctx, probe, metav1.CreateOptions{})
 	g.Expect(client.IgnoreAlreadyExists(err)).To(Succeed())

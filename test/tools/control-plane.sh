@@ -5,8 +5,9 @@
 #   test/tools/control-plane.sh <dest-dir> <binary>...
 #
 # Binaries: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm, and
-# the GitOps engines the local cluster can run: argocd, flux (Flux's kustomize-controller, with its
-# CRDs and source-controller's in <dest-dir>/flux-crds-<version>/).
+# the engines the local cluster can run: argocd, flux (Flux's kustomize-controller, with its CRDs and
+# source-controller's in <dest-dir>/flux-crds-<version>/), certmanager (cert-manager's certificate
+# controllers and cainjector, with its CRDs in <dest-dir>/certmanager-<version>-files/crds/).
 # A binary that is already in <dest-dir> is not rebuilt; each is built to a temporary name and moved
 # into place, so an interrupted build never leaves a broken binary behind.
 set -euo pipefail
@@ -86,6 +87,19 @@ for bin in "$@"; do
 			mkdir -p "$dest/.flux-crds.tmp"
 			install -m 0644 "$kc"/config/crd/bases/*.yaml "$sc"/config/crd/bases/*.yaml "$dest/.flux-crds.tmp/"
 			mv "$dest/.flux-crds.tmp" "$dest/flux-crds-$("$here/version.sh" flux github.com/fluxcd/kustomize-controller)"
+		fi ;;
+	certmanager) # cert-manager's certificate controllers and cainjector, one binary (test/tools/certmanager)
+		cm_version=$("$here/version.sh" certmanager github.com/cert-manager/cert-manager)
+		[ -x "$dest/certmanager-$cm_version" ] || echo ">> cert-manager $cm_version: 3-5 min on 2 cores (cold)" >&2
+		build certmanager "certmanager-$cm_version" . "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm_version"
+		# Its CRDs, from the same module (what cert-manager's release manifests install).
+		if [ ! -d "$dest/certmanager-$cm_version-files" ]; then
+			src=$(cd "$here/certmanager" && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+			[ -f "$src/deploy/crds/cert-manager.io_certificates.yaml" ] || { echo "no CRDs in cert-manager $cm_version ($src)" >&2; exit 1; }
+			rm -rf "$dest/.certmanager-files.tmp"
+			mkdir -p "$dest/.certmanager-files.tmp/crds"
+			install -m 0644 "$src"/deploy/crds/*.yaml "$dest/.certmanager-files.tmp/crds/"
+			mv "$dest/.certmanager-files.tmp" "$dest/certmanager-$cm_version-files"
 		fi ;;
 	*) echo "unknown binary $bin" >&2; exit 2 ;;
 	esac

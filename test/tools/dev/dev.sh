@@ -3,7 +3,9 @@
 # kube-controller-manager, kube-scheduler) with kwok's fake nodes, run by kwokctl's binary
 # runtime, plus wavegate's manager and the wait-Job pod runner as local processes. Everything
 # listens on 127.0.0.1; state lives in .dev/ (gitignored).
-#   dev.sh up | down       ENGINES="argocd flux" also runs those GitOps engines against the cluster
+#   dev.sh up | down       ENGINES="argocd flux certmanager" also runs those engines against the cluster;
+#                          with certmanager, wavegate's webhook serves the certificate cert-manager
+#                          issues (config/dev-certmanager: config/default's certificate mode)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 bin=${KUBE_BIN:?KUBE_BIN must name the directory of the control-plane binaries}
@@ -44,8 +46,19 @@ start() { # name command...
 	echo $! >"$dev/$name.pid"
 }
 
+# has_engine reports whether ENGINES names an engine.
+has_engine() { [[ " ${ENGINES:-} " == *" $1 "* ]]; }
+
 up() {
 	mkdir -p "$dev"
+	# Where the webhook's certificate comes from: the manager's own (self-managed), or, with
+	# ENGINES=certmanager, config/default's cert-manager mode.
+	local mode=self-managed config=config/dev
+	if has_engine certmanager; then mode=cert-manager config=config/dev-certmanager; fi
+	if running manager && [ "$(cat "$dev/cert-mode" 2>/dev/null)" != "$mode" ]; then
+		say "the local cluster's manager runs with $(cat "$dev/cert-mode" 2>/dev/null || echo other) certificates, not $mode: run 'make dev-down' first"
+		exit 1
+	fi
 	if [ ! -f "$dev/kubeconfig" ] || ! "$kubectl" get --raw /readyz >/dev/null 2>&1; then
 		say "starting the control plane (kwokctl, binary runtime)"
 		"$root/test/tools/dev/kwokctl-config.sh" "$bin" >"$dev/kwokctl.yaml"
@@ -61,10 +74,16 @@ metadata:
   labels: {type: kwok, kubernetes.io/hostname: kwok-node-0}
 spec: {}
 YAML
-	say "installing wavegate's CRDs and webhook configurations (config/dev)"
-	"$kubectl" apply -k "$root/config/dev" >/dev/null
+	[ "$mode" = cert-manager ] && "$root/test/tools/dev/certmanager.sh" up
+	say "installing wavegate's CRDs and webhook configurations ($config)"
+	"$kubectl" apply -k "$root/$config" >/dev/null
 	established wavepolicies.wavegate.io sequences.wavegate.io
-	say "starting wavegate's manager and the wait-Job pod runner"
+	local certs=(--cert-mode self-managed --cert-ips 127.0.0.1)
+	if [ "$mode" = cert-manager ]; then
+		serving_cert
+		certs=(--cert-mode cert-manager)
+	fi
+	say "starting wavegate's manager ($mode certificates) and the wait-Job pod runner"
 	if ! running manager; then
 		for port in 18081 19443; do
 			if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -72,10 +91,11 @@ YAML
 				exit 1
 			fi
 		done
+		echo "$mode" >"$dev/cert-mode"
 	fi
 	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/kubeconfig" --leader-elect=false \
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
-		--webhook-cert-dir "$dev/certs" --cert-mode self-managed --cert-ips 127.0.0.1 --namespace wavegate-system \
+		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system \
 		--waiter-image wavegate:dev --zap-log-level info
 	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --logs "$dev/pods"
 	for _ in $(seq 300); do
@@ -91,13 +111,52 @@ YAML
 	say "wavegate did not become ready"; tail -20 "$dev/manager.log" >&2; exit 1
 }
 
+# serving_cert waits until cert-manager has acted on config/dev-certmanager (the Issuer and the
+# Certificate Ready, the Secret's CA injected into every entry of both webhook configurations),
+# then writes the Secret's tls.crt and tls.key into .dev/certs, where the manager reads them as a
+# pod reads the Secret mounted by config/default. (They are written once: no kubelet refreshes
+# them after a renewal, 60 days on.)
+serving_cert() {
+	local ns=wavegate-system cert=wavegate-serving-cert secret ca
+	say "waiting for cert-manager: Issuer and Certificate Ready, CA injected into both webhook configurations"
+	"$kubectl" wait -n "$ns" --for condition=Ready --timeout 60s issuer/wavegate-selfsigned-issuer "certificate/$cert" >/dev/null ||
+		{ "$kubectl" describe -n "$ns" issuer,certificate,certificaterequest >&2; exit 1; }
+	secret=$("$kubectl" get -n "$ns" certificate "$cert" -o jsonpath='{.spec.secretName}')
+	ca=$("$kubectl" get -n "$ns" secret "$secret" -o jsonpath='{.data.ca\.crt}')
+	[ -n "$ca" ] || { say "Secret $ns/$secret has no ca.crt"; exit 1; }
+	injected() { # kind name: every webhook entry's caBundle is the Secret's CA
+		local bundles b
+		bundles=$("$kubectl" get "$1" "$2" -o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{" "}{end}')
+		[ -n "$bundles" ] || return 1
+		for b in $bundles; do [ "$b" = "$ca" ] || return 1; done
+	}
+	for _ in $(seq 150); do
+		injected mutatingwebhookconfiguration wavegate-mutating-webhook-configuration &&
+			injected validatingwebhookconfiguration wavegate-validating-webhook-configuration && break
+		sleep 0.2
+	done
+	injected mutatingwebhookconfiguration wavegate-mutating-webhook-configuration &&
+		injected validatingwebhookconfiguration wavegate-validating-webhook-configuration ||
+		{ say "cert-manager's cainjector did not inject the CA:"; tail -20 "$dev/certmanager-cainjector.log" >&2; exit 1; }
+	mkdir -p "$dev/certs"
+	(
+		umask 077
+		"$kubectl" get -n "$ns" secret "$secret" -o jsonpath='{.data.tls\.crt}' | base64 -d >"$dev/certs/.tls.crt"
+		"$kubectl" get -n "$ns" secret "$secret" -o jsonpath='{.data.tls\.key}' | base64 -d >"$dev/certs/.tls.key"
+	)
+	mv "$dev/certs/.tls.key" "$dev/certs/tls.key"
+	mv "$dev/certs/.tls.crt" "$dev/certs/tls.crt"
+	say "the webhook serves Secret $ns/$secret, issued by cert-manager"
+}
+
 # engines starts the GitOps engines named in ENGINES (built by `make cluster-assets ENGINES=...`).
 engines() {
 	for engine in ${ENGINES:-}; do
 		case $engine in
 		argocd) argocd_up ;;
 		flux) "$root/test/tools/dev/flux.sh" up ;;
-		*) say "unknown engine $engine (known: argocd flux)"; exit 1 ;;
+		certmanager) ;; # started before the manager, whose certificate it issues
+		*) say "unknown engine $engine (known: argocd flux certmanager)"; exit 1 ;;
 		esac
 	done
 }
@@ -135,6 +194,7 @@ argocd_up() {
 
 down() {
 	[ -f "$dev/flux-kustomize-controller.pid" ] && "$root/test/tools/dev/flux.sh" down
+	[ -f "$dev/certmanager-controller.pid" ] && "$root/test/tools/dev/certmanager.sh" down
 	for name in argocd-application-controller argocd-repo-server argocd-redis podrunner manager; do
 		if running "$name"; then
 			kill "$(cat "$dev/$name.pid")" 2>/dev/null || true
