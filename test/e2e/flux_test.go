@@ -22,7 +22,7 @@ var kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxc
 
 // fluxSource serves dir as the ExternalArtifact name in namespace flux-system (bin/artifact stands
 // in for source-controller, which does not build here), republishing it when dir changes.
-func fluxSource(t *testing.T, dir, name string) {
+func fluxSource(t testing.TB, dir, name string) {
 	t.Helper()
 	_ = exec.Command(kubectl, "create", "namespace", "flux-system").Run()
 	a := exec.Command(filepath.Join(root, "bin", "artifact"), "-dir", dir, "-namespace", "flux-system", "-name", name, "-watch", "300ms")
@@ -35,7 +35,7 @@ func fluxSource(t *testing.T, dir, name string) {
 
 // kustomization applies a Flux Kustomization of the artifact name, with wait (kstatus health of
 // everything it applied) and prune.
-func kustomization(t *testing.T, name string) {
+func kustomization(t testing.TB, name string) {
 	t.Helper()
 	applyYAML(t, fmt.Sprintf(`apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
@@ -52,7 +52,7 @@ spec:
 
 // kustomizationReady waits until a Kustomization is Ready at the artifact's current revision and
 // returns that revision.
-func kustomizationReady(t *testing.T, name string) string {
+func kustomizationReady(t testing.TB, name string) string {
 	t.Helper()
 	var rev string
 	NewWithT(t).Eventually(func(g Gomega) {
