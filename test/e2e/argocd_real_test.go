@@ -72,11 +72,16 @@ func git(t testing.TB, dir string, args ...string) {
 // (prune and selfHeal), with Argo CD's cascade-deletion finalizer.
 func application(t testing.TB, name, repo, path string, compareOptions string) {
 	t.Helper()
+	applyYAML(t, applicationYAML(name, repo, path, compareOptions))
+}
+
+// applicationYAML is the Application application applies.
+func applicationYAML(name, repo, path string, compareOptions string) string {
 	annotations := ""
 	if compareOptions != "" {
 		annotations = fmt.Sprintf("\n  annotations: {argocd.argoproj.io/compare-options: %q}", compareOptions)
 	}
-	applyYAML(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+	return fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata:
   name: %s
@@ -87,7 +92,7 @@ spec:
   source: {repoURL: "file://%s", path: %s, targetRevision: main}
   destination: {server: "https://kubernetes.default.svc"}
   syncPolicy: {automated: {prune: true, selfHeal: true}}
-`, name, annotations, repo, path))
+`, name, annotations, repo, path)
 }
 
 type appState struct{ Sync, Health, Revision string }
