@@ -273,6 +273,24 @@ func argoCDRun(t testing.TB, ns string, files map[string]string) engineRun {
 	return r
 }
 
+// checkWaitersRan proves that the hand-written wait Jobs of namespace ns (their pods are gone:
+// Argo CD deleted the hooks) were run for real by the local cluster's pod runner, not faked by
+// kwok: each left the output of its kubectl command in .dev/pods/.
+func checkWaitersRan(t testing.TB, ns string) {
+	t.Helper()
+	for _, g := range shopGroups {
+		logs, err := filepath.Glob(filepath.Join(root, ".dev", "pods", ns+"_wait-"+g+"-*.log"))
+		if err != nil || len(logs) == 0 {
+			t.Fatalf("the wait Job of group %s did not run for real (no log in .dev/pods/): %v", g, err)
+		}
+		out, err := os.ReadFile(logs[len(logs)-1])
+		if err != nil || len(strings.TrimSpace(string(out))) == 0 {
+			t.Fatalf("the wait Job of group %s printed nothing: %v", g, err)
+		}
+		t.Logf("wait Job of group %s (%d pod(s)): %s", g, len(logs), strings.TrimSpace(string(out)))
+	}
+}
+
 // fluxRun publishes files as the ExternalArtifact ns, then creates the Kustomizations (name ->
 // YAML) at once and measures until every one is Ready; then deletes them (prune) and waits until
 // namespace ns is gone.
@@ -365,7 +383,9 @@ func BenchmarkEngines(b *testing.B) {
 		{"argocd", []variant{
 			{"sync-waves+hook-jobs", func(b *testing.B) engineRun {
 				ns := benchName("bench-argocd-waves")
-				return argoCDRun(b, ns, shopArgoCDWaves(b, ns))
+				r := argoCDRun(b, ns, shopArgoCDWaves(b, ns))
+				checkWaitersRan(b, ns)
+				return r
 			}},
 			{"wavegate", func(b *testing.B) engineRun {
 				ns := benchName("bench-argocd-wavegate")
