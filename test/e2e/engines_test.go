@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 )
 
@@ -191,6 +195,17 @@ func benchName(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, benchRuns.Add(1))
 }
 
+// quietDyn is a dynamic client that drops the API server's warnings (client-go would print them
+// between the benchmark's result lines; Argo CD's finalizer name draws one).
+var quietDyn = sync.OnceValue(func() dynamic.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		panic(err)
+	}
+	cfg.WarningHandler = rest.NoWarnings{}
+	return dynamic.NewForConfigOrDie(cfg)
+})
+
 // createYAML creates objects of resource r from YAML documents with the API (not kubectl: its start
 // would be timed).
 func createYAML(t testing.TB, r schema.GroupVersionResource, docs ...string) {
@@ -200,7 +215,7 @@ func createYAML(t testing.TB, r schema.GroupVersionResource, docs ...string) {
 		if err := yaml.Unmarshal([]byte(d), &u.Object); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dyn.Resource(r).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		if _, err := quietDyn().Resource(r).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -305,7 +320,13 @@ func fluxRun(t testing.TB, ns string, files map[string]string, ks map[string]str
 			t.Fatal(err)
 		}
 	}
-	fluxSource(t, dir, ns)
+	// The server's output goes to a file, not into the benchmark's result lines.
+	out, err := os.Create(filepath.Join(t.TempDir(), "artifact.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	fluxSourceTo(t, dir, ns, out)
 	// The source is published before the clock starts (source-controller would have fetched it).
 	pollUntil(t, time.Minute, "ExternalArtifact "+ns+" published", func() (bool, error) {
 		u, err := dyn.Resource(externalArtifacts).Namespace("flux-system").Get(context.Background(), ns, metav1.GetOptions{})

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,12 +25,19 @@ var (
 )
 
 // fluxSource serves dir as the ExternalArtifact name in namespace flux-system (bin/artifact stands
-// in for source-controller, which does not build here), republishing it when dir changes.
+// in for source-controller, which does not build here), republishing it when dir changes. Its
+// output goes to the test's stderr.
 func fluxSource(t testing.TB, dir, name string) {
+	t.Helper()
+	fluxSourceTo(t, dir, name, os.Stderr)
+}
+
+// fluxSourceTo is fluxSource with the artifact server's output going to out.
+func fluxSourceTo(t testing.TB, dir, name string, out io.Writer) {
 	t.Helper()
 	_ = exec.Command(kubectl, "create", "namespace", "flux-system").Run()
 	a := exec.Command(filepath.Join(root, "bin", "artifact"), "-dir", dir, "-namespace", "flux-system", "-name", name, "-watch", "300ms")
-	a.Stdout, a.Stderr = os.Stderr, os.Stderr
+	a.Stdout, a.Stderr = out, out
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
