@@ -83,6 +83,11 @@ bench-ordering: envtest-assets ## Release latency and waiter detection through a
 bench-release: cluster-assets build ## Release latency per group boundary on the local cluster, with vs without wavegate (~5 min).
 	KUBE_BIN="$(KUBE_BIN)" test/tools/dev/bench.sh
 
+.PHONY: bench-engines
+bench-engines: ENGINES = argocd flux
+bench-engines: cluster-assets build ## examples/shop by Argo CD (sync waves + hook wait Jobs) and Flux (dependsOn chain) vs. each with wavegate, on the local cluster (~5 min).
+	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" BENCH=Engines test/tools/dev/bench.sh
+
 ##@ Local cluster
 
 .PHONY: dev-up

@@ -23,7 +23,7 @@ var applications = schema.GroupVersionResource{Group: "argoproj.io", Version: "v
 
 // requireEngine skips a test whose GitOps engine the local cluster does not run (make test-e2e
 // runs them all; `make dev-up ENGINES=...` chooses).
-func requireEngine(t *testing.T, engine string) {
+func requireEngine(t testing.TB, engine string) {
 	t.Helper()
 	if !slices.Contains(strings.Fields(os.Getenv("ENGINES")), engine) {
 		t.Skipf("the local cluster does not run %s (ENGINES=%q)", engine, os.Getenv("ENGINES"))
@@ -32,7 +32,7 @@ func requireEngine(t *testing.T, engine string) {
 
 // gitRepo makes a Git repository in a temporary directory with files (path -> content) committed,
 // for Argo CD to sync from over file://.
-func gitRepo(t *testing.T, files map[string]string) string {
+func gitRepo(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	git(t, dir, "init", "-q", "-b", "main")
@@ -41,7 +41,7 @@ func gitRepo(t *testing.T, files map[string]string) string {
 }
 
 // gitCommit writes files, removes paths and commits.
-func gitCommit(t *testing.T, dir string, files map[string]string, remove []string, msg string) {
+func gitCommit(t testing.TB, dir string, files map[string]string, remove []string, msg string) {
 	t.Helper()
 	for p, content := range files {
 		full := filepath.Join(dir, p)
@@ -59,7 +59,7 @@ func gitCommit(t *testing.T, dir string, files map[string]string, remove []strin
 	git(t, dir, "-c", "user.name=e2e", "-c", "user.email=e2e@wavegate.io", "commit", "-q", "-m", msg)
 }
 
-func git(t *testing.T, dir string, args ...string) {
+func git(t testing.TB, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -70,13 +70,18 @@ func git(t *testing.T, dir string, args ...string) {
 
 // application applies an Argo CD Application syncing path of a file:// repository automatically
 // (prune and selfHeal), with Argo CD's cascade-deletion finalizer.
-func application(t *testing.T, name, repo, path string, compareOptions string) {
+func application(t testing.TB, name, repo, path string, compareOptions string) {
 	t.Helper()
+	applyYAML(t, applicationYAML(name, repo, path, compareOptions))
+}
+
+// applicationYAML is the Application application applies.
+func applicationYAML(name, repo, path string, compareOptions string) string {
 	annotations := ""
 	if compareOptions != "" {
 		annotations = fmt.Sprintf("\n  annotations: {argocd.argoproj.io/compare-options: %q}", compareOptions)
 	}
-	applyYAML(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+	return fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
 kind: Application
 metadata:
   name: %s
@@ -87,7 +92,7 @@ spec:
   source: {repoURL: "file://%s", path: %s, targetRevision: main}
   destination: {server: "https://kubernetes.default.svc"}
   syncPolicy: {automated: {prune: true, selfHeal: true}}
-`, name, annotations, repo, path))
+`, name, annotations, repo, path)
 }
 
 type appState struct{ Sync, Health, Revision string }
@@ -102,7 +107,7 @@ func appStatus(g Gomega, name string) (appState, *unstructured.Unstructured) {
 }
 
 // waitSyncedHealthy waits until an Application is Synced and Healthy at the repository's HEAD.
-func waitSyncedHealthy(t *testing.T, name, repo string) {
+func waitSyncedHealthy(t testing.TB, name, repo string) {
 	t.Helper()
 	head := strings.TrimSpace(gitOutput(t, repo, "rev-parse", "HEAD"))
 	NewWithT(t).Eventually(func(g Gomega) appState {
@@ -111,7 +116,7 @@ func waitSyncedHealthy(t *testing.T, name, repo string) {
 	}).WithTimeout(4*time.Minute).WithPolling(500*time.Millisecond).Should(Equal(appState{"Synced", "Healthy", head}), "Application %s", name)
 }
 
-func gitOutput(t *testing.T, dir string, args ...string) string {
+func gitOutput(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir

@@ -52,7 +52,9 @@ spec:
 }
 
 // podTimes records, from a watch, when each pod of a namespace was first seen without wavegate's
-// gate (released) and first seen Ready, by group (the app label).
+// gate (released: for a pod that was never gated, when it was created) and first seen done, by
+// group. A pod is done when it is Ready, or, if a Job owns it, when it has Succeeded (a Job's pod is
+// Ready while it runs; its group is ready once the Job completes).
 type podTimes struct {
 	mu       sync.Mutex
 	released map[string][]time.Time
@@ -61,7 +63,13 @@ type podTimes struct {
 	readySet map[string]bool
 }
 
+// watchPods watches the pods of namespace ns, grouped by their app label.
 func watchPods(ctx context.Context, t testing.TB, ns string) *podTimes {
+	return watchPodsBy(ctx, t, ns, func(p *corev1.Pod) string { return p.Labels["app"] })
+}
+
+// watchPodsBy watches the pods of namespace ns, grouped by groupOf; pods of group "" are ignored.
+func watchPodsBy(ctx context.Context, t testing.TB, ns string, groupOf func(*corev1.Pod) string) *podTimes {
 	pt := &podTimes{released: map[string][]time.Time{}, ready: map[string][]time.Time{}, seen: map[string]bool{}, readySet: map[string]bool{}}
 	w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -77,17 +85,18 @@ func watchPods(ctx context.Context, t testing.TB, ns string) *podTimes {
 			if !ok {
 				continue
 			}
-			now, group := time.Now(), p.Labels["app"]
+			now, group := time.Now(), groupOf(p)
+			if group == "" {
+				continue
+			}
 			pt.mu.Lock()
 			if !pt.seen[p.Name] && !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == keys.SchedulingGate }) {
 				pt.seen[p.Name] = true
 				pt.released[group] = append(pt.released[group], now)
 			}
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && !pt.readySet[p.Name] {
-					pt.readySet[p.Name] = true
-					pt.ready[group] = append(pt.ready[group], now)
-				}
+			if podDone(p) && !pt.readySet[p.Name] {
+				pt.readySet[p.Name] = true
+				pt.ready[group] = append(pt.ready[group], now)
 			}
 			pt.mu.Unlock()
 		}
@@ -95,16 +104,48 @@ func watchPods(ctx context.Context, t testing.TB, ns string) *podTimes {
 	return pt
 }
 
-// waitReady waits until every pod of every group is ready and returns when the last one was.
+// podDone: Succeeded for a pod a Job owns, Ready for any other.
+func podDone(p *corev1.Pod) bool {
+	if slices.ContainsFunc(p.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Job" }) {
+		return p.Status.Phase == corev1.PodSucceeded
+	}
+	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+	})
+}
+
+// chainGroups is the group names of chainApp's pods: g0..g(groups-1).
+func chainGroups(groups int) []string {
+	out := make([]string, groups)
+	for g := range groups {
+		out[g] = fmt.Sprintf("g%d", g)
+	}
+	return out
+}
+
+// waitReady waits until every pod of every group of a chainApp is ready and returns when the last
+// one was.
 func (pt *podTimes) waitReady(t testing.TB, groups, lastReplicas int) time.Time {
-	deadline := time.Now().Add(5 * time.Minute)
+	want := map[string]int{}
+	for i, g := range chainGroups(groups) {
+		want[g] = 2
+		if i == groups-1 {
+			want[g] = lastReplicas
+		}
+	}
+	return pt.waitDone(t, want, 5*time.Minute)
+}
+
+// waitDone waits until at least want[group] pods of each group are done and returns when the last
+// of them was.
+func (pt *podTimes) waitDone(t testing.TB, want map[string]int, timeout time.Duration) time.Time {
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		pt.mu.Lock()
-		n, last := 0, time.Time{}
-		want := 2*(groups-1) + lastReplicas
-		for g := range groups {
-			ts := pt.ready[fmt.Sprintf("g%d", g)]
-			n += len(ts)
+		complete, last := true, time.Time{}
+		for g, n := range want {
+			ts := pt.ready[g]
+			complete = complete && len(ts) >= n
 			for _, x := range ts {
 				if x.After(last) {
 					last = x
@@ -112,24 +153,33 @@ func (pt *podTimes) waitReady(t testing.TB, groups, lastReplicas int) time.Time 
 			}
 		}
 		pt.mu.Unlock()
-		if n >= want {
+		if complete {
 			return last
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("not every pod was ready within 5 minutes")
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	t.Fatalf("not every pod was done within %s: done %v, want %v", timeout, pt.ready, want)
 	return time.Time{}
 }
 
-// boundaries returns, per group boundary, the time from the last pod of group i being ready to the
-// first pod of group i+1 being released.
+// boundaries returns, per group boundary of a chainApp, the time from the last pod of group i being
+// ready to the first pod of group i+1 being released.
 func (pt *podTimes) boundaries(groups int) []time.Duration {
+	return pt.boundariesOf(chainGroups(groups))
+}
+
+// boundariesOf returns, for each pair of consecutive groups, the time from the last pod of the
+// first being done to the first pod of the second being released (negative: released before the
+// earlier group was done). Every group must have pods.
+func (pt *podTimes) boundariesOf(groups []string) []time.Duration {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	var out []time.Duration
-	for g := 0; g+1 < groups; g++ {
-		ready := slices.MaxFunc(pt.ready[fmt.Sprintf("g%d", g)], func(a, b time.Time) int { return a.Compare(b) })
-		next := slices.MinFunc(pt.released[fmt.Sprintf("g%d", g+1)], func(a, b time.Time) int { return a.Compare(b) })
+	for i := 0; i+1 < len(groups); i++ {
+		ready := slices.MaxFunc(pt.ready[groups[i]], func(a, b time.Time) int { return a.Compare(b) })
+		next := slices.MinFunc(pt.released[groups[i+1]], func(a, b time.Time) int { return a.Compare(b) })
 		out = append(out, next.Sub(ready))
 	}
 	return out

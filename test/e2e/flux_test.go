@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,15 +19,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-var kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+var (
+	kustomizations    = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	externalArtifacts = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}
+)
 
 // fluxSource serves dir as the ExternalArtifact name in namespace flux-system (bin/artifact stands
-// in for source-controller, which does not build here), republishing it when dir changes.
-func fluxSource(t *testing.T, dir, name string) {
+// in for source-controller, which does not build here), republishing it when dir changes. Its
+// output goes to the test's stderr.
+func fluxSource(t testing.TB, dir, name string) {
+	t.Helper()
+	fluxSourceTo(t, dir, name, os.Stderr)
+}
+
+// fluxSourceTo is fluxSource with the artifact server's output going to out.
+func fluxSourceTo(t testing.TB, dir, name string, out io.Writer) {
 	t.Helper()
 	_ = exec.Command(kubectl, "create", "namespace", "flux-system").Run()
 	a := exec.Command(filepath.Join(root, "bin", "artifact"), "-dir", dir, "-namespace", "flux-system", "-name", name, "-watch", "300ms")
-	a.Stdout, a.Stderr = os.Stderr, os.Stderr
+	a.Stdout, a.Stderr = out, out
 	if err := a.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -35,46 +46,70 @@ func fluxSource(t *testing.T, dir, name string) {
 
 // kustomization applies a Flux Kustomization of the artifact name, with wait (kstatus health of
 // everything it applied) and prune.
-func kustomization(t *testing.T, name string) {
+func kustomization(t testing.TB, name string) {
 	t.Helper()
-	applyYAML(t, fmt.Sprintf(`apiVersion: kustomize.toolkit.fluxcd.io/v1
+	applyYAML(t, kustomizationYAML(name, name, "./"))
+}
+
+// kustomizationYAML is a Kustomization of path in the ExternalArtifact artifact, with wait and
+// prune, depending on the Kustomizations dependsOn (each waits until they are Ready).
+func kustomizationYAML(name, artifact, path string, dependsOn ...string) string {
+	deps := ""
+	for _, d := range dependsOn {
+		deps += fmt.Sprintf("\n  - name: %s", d)
+	}
+	if deps != "" {
+		deps = "\n  dependsOn:" + deps
+	}
+	return fmt.Sprintf(`apiVersion: kustomize.toolkit.fluxcd.io/v1
 kind: Kustomization
-metadata: {name: %[1]s, namespace: flux-system}
+metadata: {name: %s, namespace: flux-system}
 spec:
   interval: 10m
-  path: ./
+  path: %s
   prune: true
   wait: true
   timeout: 3m
-  sourceRef: {kind: ExternalArtifact, name: %[1]s}
-`, name))
+  sourceRef: {kind: ExternalArtifact, name: %s}%s
+`, name, path, artifact, deps)
 }
 
 // kustomizationReady waits until a Kustomization is Ready at the artifact's current revision and
 // returns that revision.
-func kustomizationReady(t *testing.T, name string) string {
+func kustomizationReady(t testing.TB, name string) string {
 	t.Helper()
 	var rev string
 	NewWithT(t).Eventually(func(g Gomega) {
-		u, err := dyn.Resource(kustomizations).Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
+		ready, applied, err := kustomizationIsReady(name, name)
 		g.Expect(err).NotTo(HaveOccurred())
-		art, err := dyn.Resource(schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "externalartifacts"}).
-			Namespace("flux-system").Get(context.Background(), name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		want, _, _ := unstructured.NestedString(art.Object, "status", "artifact", "revision")
-		applied, _, _ := unstructured.NestedString(u.Object, "status", "lastAppliedRevision")
-		g.Expect(applied).To(Equal(want))
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		ready := ""
-		for _, c := range conds {
-			if m := c.(map[string]any); m["type"] == "Ready" {
-				ready = fmt.Sprint(m["status"])
-			}
-		}
-		g.Expect(ready).To(Equal("True"))
+		g.Expect(ready).To(BeTrue(), "not Ready at revision %s", applied)
 		rev = applied
 	}).WithTimeout(4*time.Minute).WithPolling(500*time.Millisecond).Should(Succeed(), "Kustomization %s", name)
 	return rev
+}
+
+// kustomizationIsReady tells whether a Kustomization is Ready at the current revision of the
+// ExternalArtifact artifact; it returns the revision it last applied.
+func kustomizationIsReady(name, artifact string) (bool, string, error) {
+	ctx := context.Background()
+	u, err := dyn.Resource(kustomizations).Namespace("flux-system").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	art, err := dyn.Resource(externalArtifacts).Namespace("flux-system").Get(ctx, artifact, metav1.GetOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	want, _, _ := unstructured.NestedString(art.Object, "status", "artifact", "revision")
+	applied, _, _ := unstructured.NestedString(u.Object, "status", "lastAppliedRevision")
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	ready := ""
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			ready = fmt.Sprint(m["status"])
+		}
+	}
+	return want != "" && applied == want && ready == "True", applied, nil
 }
 
 // reconcileNow asks kustomize-controller to reconcile at once (as `flux reconcile` does) and waits

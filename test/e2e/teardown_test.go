@@ -67,7 +67,7 @@ metadata:
 }
 
 // applyYAML writes manifests to a file and applies them with kubectl.
-func applyYAML(t *testing.T, manifests string) string {
+func applyYAML(t testing.TB, manifests string) string {
 	t.Helper()
 	f := writeTemp(t, manifests)
 	run(t, "apply", "-f", f)

@@ -97,7 +97,8 @@ YAML
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
 		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system \
 		--waiter-image wavegate:dev --zap-log-level info
-	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --logs "$dev/pods"
+	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --kubectl "$kubectl" \
+		--logs "$dev/pods"
 	for _ in $(seq 300); do
 		if running manager && ready; then
 			say "wavegate is serving. Use the cluster with: export KUBECONFIG=$dev/kubeconfig"

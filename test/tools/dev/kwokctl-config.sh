@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prints the kwokctl configuration of wavegate's local cluster: binary runtime from local paths
 # (nothing downloaded), everything on 127.0.0.1, and kwok's stock node and pod stages with one
-# change: wavegate's wait-Job pods are excluded from the pod stages, so that kwok never fakes their
-# completion; the dev pod runner executes them for real.
+# change: wavegate's wait-Job pods, and pods labeled dev.wavegate.io/exec=true (wait Jobs written
+# by hand, in benchmarks that compare them with wavegate's), are excluded from the pod stages, so
+# that kwok never fakes their completion; the dev pod runner executes them for real.
 #   kwokctl-config.sh <bin-dir>
 set -euo pipefail
 bin=$1
@@ -37,6 +38,8 @@ for f in pod-ready pod-complete pod-delete; do
 	fi
 	awk '{print} /^    matchExpressions:$/ {
 		print "    - key: \x27.metadata.labels[\"wavegate.io/wait-job\"]\x27"
+		print "      operator: \x27DoesNotExist\x27"
+		print "    - key: \x27.metadata.labels[\"dev.wavegate.io/exec\"]\x27"
 		print "      operator: \x27DoesNotExist\x27"
 	}' "$kwok_src/kustomize/stage/pod/fast/$f.yaml"
 done

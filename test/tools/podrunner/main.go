@@ -4,6 +4,11 @@
 // pod's service account (a bound token from the TokenRequest API), writes the output to a log
 // file, and reports the pod's phase and exit code, so the Job controller completes or fails the
 // Job exactly as on a real node.
+//
+// Pods labeled dev.wavegate.io/exec=true (excluded from kwok's stages too) are run the same way,
+// but with their own command: the first container's command and arguments as a host process, with
+// the cache's kubectl first on PATH. That is how the wait Jobs teams write themselves (a kubectl
+// image running `kubectl rollout status ...`) really wait on the local cluster.
 package main
 
 import (
@@ -34,26 +39,32 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "admin kubeconfig of the local cluster")
 	binary := flag.String("wavegate", "bin/wavegate", "the wavegate binary the pods run")
+	kubectl := flag.String("kubectl", "kubectl", "the kubectl binary that pods labeled "+execLabel+"=true find first on PATH")
 	logs := flag.String("logs", ".dev/pods", "directory for the pods' logs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *kubeconfig, *binary, *logs); err != nil {
+	if err := run(ctx, *kubeconfig, *binary, *kubectl, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
+// execLabel marks a pod that podrunner runs with its own command (kwokctl-config.sh keeps kwok's
+// stages away from it).
+const execLabel = "dev.wavegate.io/exec"
+
 type runner struct {
 	cs      kubernetes.Interface
 	admin   *clientcmdapi.Config
 	binary  string
+	kubectl string
 	logs    string
 	mu      sync.Mutex
 	running map[string]context.CancelFunc
 }
 
-func run(ctx context.Context, kubeconfig, binary, logs string) error {
+func run(ctx context.Context, kubeconfig, binary, kubectl, logs string) error {
 	admin, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
 		return err
@@ -72,21 +83,30 @@ func run(ctx context.Context, kubeconfig, binary, logs string) error {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
-	r := &runner{cs: cs, admin: admin, binary: binary, logs: logs, running: map[string]context.CancelFunc{}}
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = keys.WaitJobLabel + "=true"
-	}))
-	inf := f.Core().V1().Pods().Informer()
+	if kubectl, err = exec.LookPath(kubectl); err != nil {
+		return err
+	}
+	if kubectl, err = filepath.Abs(kubectl); err != nil {
+		return err
+	}
+	r := &runner{cs: cs, admin: admin, binary: binary, kubectl: kubectl, logs: logs, running: map[string]context.CancelFunc{}}
 	handle := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			r.handle(ctx, p)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) }}); err != nil {
-		return err
+	// Label selectors cannot say "or": one informer per label.
+	for _, selector := range []string{keys.WaitJobLabel + "=true", execLabel + "=true"} {
+		f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = selector
+		}))
+		inf := f.Core().V1().Pods().Informer()
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) }}); err != nil {
+			return err
+		}
+		f.Start(ctx.Done())
 	}
-	f.Start(ctx.Done())
-	fmt.Println("podrunner: running wavegate wait-Job pods")
+	fmt.Println("podrunner: running wavegate wait-Job pods and pods labeled " + execLabel + "=true")
 	<-ctx.Done()
 	return nil
 }
@@ -134,8 +154,21 @@ func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.CommandContext(ctx, r.binary, append(append([]string{}, c.Command...), c.Args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	cmd := exec.CommandContext(ctx, r.binary, argv...)
+	env := append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	if p.Labels[execLabel] == "true" {
+		if len(argv) == 0 {
+			return fmt.Errorf("pod %s/%s has no command to run", p.Namespace, p.Name)
+		}
+		if argv[0] == "kubectl" {
+			argv[0] = r.kubectl
+		}
+		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+		env = append(env, "PATH="+filepath.Dir(r.kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"),
+			"KUBECACHEDIR="+filepath.Join(r.logs, "kube-cache"))
+	}
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	err = cmd.Run()
 	if ctx.Err() != nil {
