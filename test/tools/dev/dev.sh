@@ -112,20 +112,21 @@ YAML
 	say "wavegate did not become ready"; tail -20 "$dev/manager.log" >&2; exit 1
 }
 
-# serving_cert waits until cert-manager has acted on config/dev-certmanager (the Issuer and the
-# Certificate Ready, the Secret's CA injected into every entry of both webhook configurations),
+# serving_cert waits until cert-manager has acted on config/dev-certmanager (the Issuers and the
+# Certificates Ready, wavegate's CA injected into every entry of both webhook configurations),
 # then writes the Secret's tls.crt and tls.key into .dev/certs, where the manager reads them as a
 # pod reads the Secret mounted by config/default. (They are written once: no kubelet refreshes
 # them after a renewal, 60 days on.)
 serving_cert() {
 	local ns=wavegate-system cert=wavegate-serving-cert secret ca
-	say "waiting for cert-manager: Issuer and Certificate Ready, CA injected into both webhook configurations"
-	"$kubectl" wait -n "$ns" --for condition=Ready --timeout 60s issuer/wavegate-selfsigned-issuer "certificate/$cert" >/dev/null ||
+	say "waiting for cert-manager: Issuers and Certificates Ready, CA injected into both webhook configurations"
+	"$kubectl" wait -n "$ns" --for condition=Ready --timeout 60s issuer/wavegate-selfsigned-issuer certificate/wavegate-ca \
+		issuer/wavegate-ca-issuer "certificate/$cert" >/dev/null ||
 		{ "$kubectl" describe -n "$ns" issuer,certificate,certificaterequest >&2; exit 1; }
 	secret=$("$kubectl" get -n "$ns" certificate "$cert" -o jsonpath='{.spec.secretName}')
 	ca=$("$kubectl" get -n "$ns" secret "$secret" -o jsonpath='{.data.ca\.crt}')
 	[ -n "$ca" ] || { say "Secret $ns/$secret has no ca.crt"; exit 1; }
-	injected() { # kind name: every webhook entry's caBundle is the Secret's CA
+	injected() { # kind name: every webhook entry's caBundle is the CA that signed the Secret
 		local bundles b
 		bundles=$("$kubectl" get "$1" "$2" -o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{" "}{end}')
 		[ -n "$bundles" ] || return 1
