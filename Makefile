@@ -72,7 +72,7 @@ bench-webhook: ## Load the webhook server over TLS on loopback: 200/s sustained,
 	go test ./test/load/ -run '^$$' -bench TLSLoad -benchtime 1x -count 3
 
 .PHONY: bench-scale
-bench-scale: envtest-assets ## Manager heap with 10k labeled workloads and 50k pods in a real API server (~2 min).
+bench-scale: envtest-assets ## Manager heap and API requests with 10k labeled workloads and 50k pods in a real API server (~3 min).
 	WAVEGATE_TEST_LOG_LEVEL=-5 KUBEBUILDER_ASSETS="$(KUBE_BIN)" go test ./test/integration/scale/ -run '^$$' -bench . -benchtime 1x -timeout 15m
 
 .PHONY: bench-ordering

@@ -45,6 +45,8 @@ func (r *RBACReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&rbacv1.Role{}, one).
 		Watches(&rbacv1.RoleBinding{}, one).
 		Watches(&corev1.ServiceAccount{}, one).
+		Watches(&rbacv1.ClusterRole{}, one).
+		Watches(&rbacv1.ClusterRoleBinding{}, one).
 		Complete(r)
 }
 
@@ -182,7 +184,9 @@ func (r *RBACReconciler) prune(ctx context.Context, want access) error {
 	var sas corev1.ServiceAccountList
 	var roles rbacv1.RoleList
 	var bindings rbacv1.RoleBindingList
-	for _, l := range []client.ObjectList{&sas, &roles, &bindings} {
+	var clusterRoles rbacv1.ClusterRoleList
+	var clusterBindings rbacv1.ClusterRoleBindingList
+	for _, l := range []client.ObjectList{&sas, &roles, &bindings, &clusterRoles, &clusterBindings} {
 		if err := r.Client.List(ctx, l, sel); err != nil {
 			return err
 		}
@@ -203,10 +207,15 @@ func (r *RBACReconciler) prune(ctx context.Context, want access) error {
 			stale = append(stale, &bindings.Items[i])
 		}
 	}
+	// Only what exists is deleted: a blind DELETE of the cluster-wide objects would cost two
+	// requests on every reconcile of a cluster that never needed them.
 	if _, ok := want.rules[""]; !ok {
-		stale = append(stale,
-			&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}},
-			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}})
+		for i := range clusterRoles.Items {
+			stale = append(stale, &clusterRoles.Items[i])
+		}
+		for i := range clusterBindings.Items {
+			stale = append(stale, &clusterBindings.Items[i])
+		}
 	}
 	for _, o := range stale {
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {

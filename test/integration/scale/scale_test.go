@@ -1,4 +1,5 @@
-// Package scale measures the manager's memory with many members through a real API server.
+// Package scale measures the manager's memory and the load it puts on a real API server with many
+// members.
 package scale
 
 import (
@@ -6,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -126,6 +132,7 @@ func BenchmarkManagerMemory(b *testing.B) {
 	before := heapMiB()
 	b.ResetTimer()
 	for range b.N {
+		requestsBefore := apiRequests(b, cs)
 		mgr, err := env.StartManager(ctx)
 		if err != nil {
 			b.Fatal(err)
@@ -135,7 +142,18 @@ func BenchmarkManagerMemory(b *testing.B) {
 		}
 		settle(b, "sequence") // the heap of a settled manager, not of a LIST decoded in flight
 		b.ReportMetric(heapMiB()-before, "heap-MiB")
+		started := apiRequests(b, cs)
+		// The settled manager's steady load, over a window with nothing changing.
+		const idle = 10 * time.Second
+		time.Sleep(idle)
+		settled := apiRequests(b, cs)
 		mgr.Stop()
+		startup, steady := started.minus(requestsBefore), settled.minus(started)
+		b.Logf("API requests from the manager's start until it settled: %s", startup)
+		b.Logf("API requests in the %s after: %s", idle, steady)
+		b.ReportMetric(startup.sum(nil), "start-requests")
+		b.ReportMetric(startup.sum(writeVerbs), "start-writes")
+		b.ReportMetric(steady.sum(nil)/idle.Seconds(), "idle-requests/s")
 	}
 	b.ReportMetric(0, "ns/op")
 }
@@ -173,4 +191,78 @@ func settle(b *testing.B, controller string) {
 		}
 	}
 	b.Fatalf("controller %s did not settle in two minutes", controller)
+}
+
+// requests counts the API server's requests by "VERB resource", as its apiserver_request_total
+// metric does (every client's: the manager's, and the API server's own loopback requests).
+type requests map[string]float64
+
+// writeVerbs are the verbs of apiserver_request_total that change objects.
+var writeVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+
+// apiRequests reads apiserver_request_total from the API server's /metrics.
+func apiRequests(b *testing.B, cs kubernetes.Interface) requests {
+	b.Helper()
+	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatalf("reading the API server's metrics: %v", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
+	if err != nil {
+		b.Fatalf("parsing the API server's metrics: %v", err)
+	}
+	out := requests{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		var verb, resource string
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "verb":
+				verb = l.GetValue()
+			case "resource":
+				resource = l.GetValue()
+			}
+		}
+		out[verb+" "+resource] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+func (r requests) minus(before requests) requests {
+	out := requests{}
+	for k, v := range r {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// sum adds the counts of the given verbs (all when verbs is nil).
+func (r requests) sum(verbs []string) float64 {
+	total := 0.0
+	for k, v := range r {
+		if verbs == nil || slices.Contains(verbs, strings.Fields(k)[0]) {
+			total += v
+		}
+	}
+	return total
+}
+
+func (r requests) String() string {
+	keys := make([]string, 0, len(r))
+	for k := range r {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if r[a] != r[b] {
+			return int(r[b] - r[a])
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, r[k]))
+	}
+	return fmt.Sprintf("%.0f in all: %s", r.sum(nil), strings.Join(parts, ", "))
 }
