@@ -103,12 +103,8 @@ var shopWaiterScript = map[string]string{
 // status` with its own ServiceAccount and Role. The namespace and the waiters' RBAC go with the
 // first group (wave 100), so that no wave is added for them. The namespace does not opt in.
 func shopArgoCDWaves(t testing.TB, ns string) map[string]string {
-	wave := func(w int) string {
-		return fmt.Sprintf("  annotations: {argocd.argoproj.io/sync-wave: %q}\n", strconv.Itoa(w))
-	}
-	files := map[string]string{"app/00-namespace.yaml": fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n%s", ns, wave(100))}
+	files := shopArgoCDWavesOnly(t, ns)
 	for i, f := range []string{"database.yaml", "migrate.yaml", "web.yaml"} {
-		files["app/"+f] = shopFile(t, f, ns, func(_ string, order int) string { return wave(order * 100) })
 		group := shopGroups[i]
 		files["app/wait-"+f] = fmt.Sprintf(`apiVersion: batch/v1
 kind: Job
@@ -163,7 +159,23 @@ metadata:
   namespace: %[1]s
 %[2]sroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: wait-reader}
 subjects: [{kind: ServiceAccount, name: wait-reader, namespace: %[1]s}]
-`, ns, wave(100))
+`, ns, argoWave(100))
+	return files
+}
+
+// argoWave is the annotations line that puts an object of examples/shop in Argo CD sync wave w.
+func argoWave(w int) string {
+	return fmt.Sprintf("  annotations: {argocd.argoproj.io/sync-wave: %q}\n", strconv.Itoa(w))
+}
+
+// shopArgoCDWavesOnly is examples/shop ordered by sync waves alone (order x 100), without
+// wavegate's labels or wait Jobs: Argo CD applies a wave once the previous one is healthy by its
+// own health checks. The namespace goes with the first group and does not opt in.
+func shopArgoCDWavesOnly(t testing.TB, ns string) map[string]string {
+	files := map[string]string{"app/00-namespace.yaml": fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n%s", ns, argoWave(100))}
+	for _, f := range []string{"database.yaml", "migrate.yaml", "web.yaml"} {
+		files["app/"+f] = shopFile(t, f, ns, func(_ string, order int) string { return argoWave(order * 100) })
+	}
 	return files
 }
 
@@ -379,6 +391,7 @@ func waitNamespaceGone(t testing.TB, ns string) {
 //     waves 100/200/300 and a wait Job per group as a Sync hook in waves 150/250/350 running
 //     `kubectl rollout status` (for real, by the local cluster's pod runner), with its RBAC; the
 //     namespace does not opt in to wavegate. Argo CD's wave delay is its default (2 s).
+//   - argocd/sync-waves: the same waves without the wait Jobs (Argo CD's own health checks only).
 //   - argocd/wavegate: the unchanged manifests (group labels, one wave), namespace opted in.
 //   - flux/dependsOn-chain: one Kustomization per group, each with wait: true, chained with
 //     dependsOn, all created at once; kustomize-controller runs with its defaults
@@ -407,6 +420,10 @@ func BenchmarkEngines(b *testing.B) {
 				r := argoCDRun(b, ns, shopArgoCDWaves(b, ns))
 				checkWaitersRan(b, ns)
 				return r
+			}},
+			{"sync-waves", func(b *testing.B) engineRun {
+				ns := benchName("bench-argocd-wavesonly")
+				return argoCDRun(b, ns, shopArgoCDWavesOnly(b, ns))
 			}},
 			{"wavegate", func(b *testing.B) engineRun {
 				ns := benchName("bench-argocd-wavegate")
