@@ -85,7 +85,7 @@ bench-release: cluster-assets build ## Release latency per group boundary on the
 
 .PHONY: bench-engines
 bench-engines: ENGINES = argocd flux
-bench-engines: cluster-assets build ## examples/shop by Argo CD (sync waves + hook wait Jobs) and Flux (dependsOn chain) vs. each with wavegate, on the local cluster (~5 min).
+bench-engines: cluster-assets build ## examples/shop by Argo CD (sync waves, with and without hook wait Jobs) and Flux (dependsOn chain) vs. each with wavegate, on the local cluster (~5 min).
 	KUBE_BIN="$(KUBE_BIN)" ENGINES="$(ENGINES)" BENCH=Engines test/tools/dev/bench.sh
 
 ##@ Local cluster
