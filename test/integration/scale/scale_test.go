@@ -3,6 +3,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -255,10 +256,7 @@ func (r requests) String() string {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, func(a, b string) int {
-		if r[a] != r[b] {
-			return int(r[b] - r[a])
-		}
-		return strings.Compare(a, b)
+		return cmp.Or(cmp.Compare(r[b], r[a]), strings.Compare(a, b)) // most requests first
 	})
 	parts := make([]string, 0, len(keys))
 	for _, k := range keys {
