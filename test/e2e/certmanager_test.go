@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -148,9 +150,10 @@ func verifiesAgainst(leaf *x509.Certificate, bundle []byte) error {
 	return err
 }
 
-// renew asks cert-manager to issue a Certificate again now, as `cmctl renew` does (the Issuing
-// condition, reason ManuallyTriggered), and returns once its Secret's tls.crt has changed and the
-// Certificate is Ready again.
+// renew asks cert-manager to issue a Certificate again now, as `cmctl renew` does (an Issuing
+// condition, reason ManuallyTriggered, replacing any there is), and returns once the issuance is
+// done: the status revision went up, no Issuing condition is True, the Secret's tls.crt changed
+// and the Certificate is Ready.
 func renew(t *testing.T, ns, name string) {
 	t.Helper()
 	g := NewWithT(t)
@@ -158,6 +161,7 @@ func renew(t *testing.T, ns, name string) {
 	cert, err := dyn.Resource(certificatesGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	revision, _, _ := unstructured.NestedInt64(cert.Object, "status", "revision")
 	before, err := cs.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() error {
@@ -166,8 +170,10 @@ func renew(t *testing.T, ns, name string) {
 			return err
 		}
 		conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+		conds = slices.DeleteFunc(conds, func(c any) bool { m, _ := c.(map[string]any); return m["type"] == "Issuing" })
 		conds = append(conds, map[string]any{"type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
-			"message": "renewed by the e2e test", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)})
+			"message": "renewed by the e2e test", "observedGeneration": cert.GetGeneration(),
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)})
 		if err := unstructured.SetNestedSlice(cert.Object, conds, "status", "conditions"); err != nil {
 			return err
 		}
@@ -175,12 +181,16 @@ func renew(t *testing.T, ns, name string) {
 		return err
 	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Eventually(func(g Gomega) {
+		cert, err := dyn.Resource(certificatesGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		now, _, _ := unstructured.NestedInt64(cert.Object, "status", "revision")
+		g.Expect(now).To(BeNumerically(">", revision), "Certificate %s/%s was not issued again", ns, name)
+		conds, _, _ := unstructured.NestedSlice(cert.Object, "status", "conditions")
+		g.Expect(conds).NotTo(ContainElement(And(HaveKeyWithValue("type", "Issuing"), HaveKeyWithValue("status", "True"))))
+		g.Expect(readyStatus(cert)).To(Equal("True"))
 		secret, err := cs.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(secret.Data["tls.crt"]).NotTo(Equal(before.Data["tls.crt"]), "Secret %s/%s was not issued again", ns, secretName)
-		cert, err := dyn.Resource(certificatesGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(readyStatus(cert)).To(Equal("True"))
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
@@ -291,6 +301,7 @@ func TestCertManagerIssuesTheWebhookCertificate(t *testing.T) {
 		injected = bundles(g)
 		g.Expect(injected).To(HaveEach(WithTransform(certsIn, ContainElement(ca.Raw))))
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Expect(injected).To(HaveEach(WithTransform(certsIn, Not(ContainElement(leaf.Raw)))), "the serving certificate itself is trusted")
 
 	// The manager serves exactly that serving certificate, and it verifies against the injected CA
 	// for the address the webhook configurations name.
@@ -346,9 +357,11 @@ metadata:
 	g.Expect(verifiesAgainst(served, caSecret.Data["ca.crt"])).To(Succeed())
 
 	// Then the CA: cert-manager issues it again with the same key (rotationPolicy: Never) and
-	// cainjector injects the renewed CA (cert-manager's cainjector keeps the previous one in the
-	// bundle until it expires). Certificates signed before verify against the renewed CA alone,
-	// and the API server keeps calling the webhook that serves the first serving certificate.
+	// cainjector injects the renewed CA. Certificates signed before verify against the renewed CA
+	// alone. cainjector keeps the previous CA in the bundles until it expires, so to make the API
+	// server's calls depend on the renewed CA alone the test narrows every bundle to it (cainjector
+	// leaves that as it is): the webhook that serves the first serving certificate keeps being
+	// called.
 	renew(t, ns, caCert.GetName())
 	caSecret2, err := cs.CoreV1().Secrets(ns).Get(ctx, caSecretName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -363,15 +376,28 @@ metadata:
 	}
 	g.Expect(verifiesAgainst(served, caSecret2.Data["ca.crt"])).To(Succeed())
 	g.Expect(verifiesAgainst(renewed, caSecret2.Data["ca.crt"])).To(Succeed())
-	applyYAML(t, `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: after-renewals
-  namespace: `+proof+`
-  labels: {wavegate.io/group: second, wavegate.io/group-order: "2"}
-`)
-	after, err := cs.CoreV1().ConfigMaps(proof).Get(ctx, "after-renewals", metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(after.Annotations).To(HaveKeyWithValue(keys.ResolvedGroupAnnotation, "second"), "the objects webhook did not mutate after the renewals")
+	g.Eventually(func() error {
+		m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, mutatingName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range m.Webhooks {
+			m.Webhooks[i].ClientConfig.CABundle = caSecret2.Data["ca.crt"]
+		}
+		_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+		return err
+	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, mutatingName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, w := range m.Webhooks {
+			g.Expect(certsIn(w.ClientConfig.CABundle)).To(Equal([][]byte{ca2.Raw}), "mutating webhook %s", w.Name)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "after-renewals-", Namespace: proof,
+			Labels: map[string]string{keys.GroupLabel: "second", keys.GroupOrderLabel: "2"}}}
+		created, err := cs.CoreV1().ConfigMaps(proof).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		g.Expect(err).NotTo(HaveOccurred(), "the objects webhook was not called with the renewed CA alone")
+		g.Expect(created.Annotations).To(HaveKeyWithValue(keys.ResolvedGroupAnnotation, "second"), "the objects webhook did not mutate")
+	}).WithTimeout(5 * time.Second).WithPolling(250 * time.Millisecond).Should(Succeed())
 	deleteNamespaceTimed(t, proof)
 }

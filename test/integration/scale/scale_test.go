@@ -243,11 +243,16 @@ func (r requests) minus(before requests) requests {
 func (r requests) sum(verbs []string) float64 {
 	total := 0.0
 	for k, v := range r {
-		if verbs == nil || slices.Contains(verbs, strings.Fields(k)[0]) {
+		if verbs == nil || slices.Contains(verbs, verbOf(k)) {
 			total += v
 		}
 	}
 	return total
+}
+
+func verbOf(key string) string {
+	verb, _, _ := strings.Cut(key, " ")
+	return verb
 }
 
 func (r requests) String() string {
