@@ -204,10 +204,7 @@ func decideJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminat
 
 // openJobs carries out decideJobs.
 func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) error {
-	byKey := make(map[string]*batchv1.Job, len(jobs))
-	for i := range jobs {
-		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
-	}
+	byKey := jobsByKey(jobs)
 	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
 		return j != nil && j.Spec.ActiveDeadlineSeconds == nil

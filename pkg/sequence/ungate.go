@@ -12,9 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -197,14 +195,7 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 		} else {
 			ops = append(ops, patch.Add(patch.Pointer("/metadata/annotations", keys.ReleasedAtAnnotation), at))
 		}
-		body, err := patch.Marshal(ops...)
-		if err != nil {
-			return err
-		}
-		if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
+		if _, err := r.patchJSON(ctx, p, ops...); err != nil {
 			return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
 		}
 		return nil

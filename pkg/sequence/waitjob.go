@@ -62,13 +62,19 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[type
 	return out, nil
 }
 
+// jobsByKey indexes wait Jobs by "namespace/name".
+func jobsByKey(jobs []batchv1.Job) map[string]*batchv1.Job {
+	out := make(map[string]*batchv1.Job, len(jobs))
+	for i := range jobs {
+		out[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
+	}
+	return out
+}
+
 // jobStates reads wait Jobs' states: from their conditions, and a Job still running whose pod
 // succeeded is complete.
 func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates {
-	byKey := map[string]*batchv1.Job{}
-	for i := range jobs {
-		byKey[jobs[i].Namespace+"/"+jobs[i].Name] = &jobs[i]
-	}
+	byKey := jobsByKey(jobs)
 	return func(ns, name string) JobState {
 		j, ok := byKey[ns+"/"+name]
 		if !ok {
@@ -127,18 +133,28 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 // only what was not armed yet (a cache that lags re-arms a moment later, which errs long).
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
 	d := armDeadline(j.CreationTimestamp.Time, r.now(), g.Timeout)
-	body, err := patch.Marshal(patch.Add("/spec/activeDeadlineSeconds", d))
+	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d))
 	if err != nil {
-		return err
-	}
-	if err := r.Client.Patch(ctx, j, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
 		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d)
+	if !gone {
+		ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d)
+	}
 	return nil
+}
+
+// patchJSON applies a JSON patch to obj as wavegate's field manager; an object that is gone is
+// reported, not an error.
+func (r *Reconciler) patchJSON(ctx context.Context, obj client.Object, ops ...patch.Operation) (gone bool, err error) {
+	body, err := patch.Marshal(ops...)
+	if err != nil {
+		return false, err
+	}
+	err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager))
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }
 
 // waitJob builds the wait Job of a group's current revision. An unarmed Job has no deadline yet:

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -233,21 +235,11 @@ func createYAML(t testing.TB, r schema.GroupVersionResource, docs ...string) {
 	}
 }
 
-// pollUntil polls cond every 100 ms and returns when it first held.
+// pollUntil waits (polling every 100 ms) until cond holds and returns when it was first seen to.
 func pollUntil(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok {
-			return time.Now()
-		}
-		last = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s (last error: %v)", what, timeout, last)
-	return time.Time{}
+	NewWithT(t).Eventually(cond).WithTimeout(timeout).WithPolling(100*time.Millisecond).Should(BeTrue(), what)
+	return time.Now()
 }
 
 // argoCDDone tells whether an Application is Synced and Healthy at revision head and its sync
@@ -380,7 +372,10 @@ func waitNamespaceGone(t testing.TB, ns string) {
 	t.Helper()
 	pollUntil(t, 3*time.Minute, "namespace "+ns+" gone", func() (bool, error) {
 		_, err := cs.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
-		return err != nil, nil
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
 	})
 }
 

@@ -23,7 +23,10 @@ import (
 
 // WaitJobRunner plays kubelet and Job controller for wavegate's wait Jobs in an API server without
 // nodes: it runs each new wait Job's `wavegate wait` arguments in-process against the same API
-// server, then writes the Job's status from the exit code, as the Job controller would.
+// server, then writes the Job's status from the exit code as the Job controller would: after its
+// batch period, and at once when the Job's deadline passed. There are no wait-Job pods, so the
+// manager acts on the Job's conditions; the release on the waiter pod's exit is proven on the
+// local cluster with the real kubelet stand-in and Job controller (test/e2e).
 type WaitJobRunner struct {
 	clients kubernetes.Interface
 	dynamic dynamic.Interface
@@ -44,6 +47,10 @@ type runningJob struct {
 	cancel  context.CancelCauseFunc
 	timer   *time.Timer
 }
+
+// JobControllerBatchPeriod is kube-controller-manager's SyncJobBatchPeriod (v1.36): how long the
+// Job controller gathers pod updates before it syncs a Job.
+const JobControllerBatchPeriod = time.Second
 
 var errDeadline = errors.New("the Job's activeDeadlineSeconds passed")
 
@@ -160,6 +167,15 @@ func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 			code = cmd.ExitCode(err)
 		}
 		deadline := errors.Is(context.Cause(runCtx), errDeadline)
+		if !deadline {
+			// The Job controller batches the updates of a Job's pods: it syncs the Job up to a
+			// second after its pod finished (a deadline it acts on at once).
+			select {
+			case <-time.After(JobControllerBatchPeriod):
+			case <-ctx.Done():
+				return
+			}
+		}
 		if uerr := r.finish(ctx, job, started, code, deadline); uerr != nil {
 			fmt.Fprintf(lockedBuffer{&r.mu, buf}, "runner: writing the Job status: %v\n", uerr)
 		}

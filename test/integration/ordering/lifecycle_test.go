@@ -7,6 +7,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -79,17 +80,8 @@ func TestTimeoutBlocksLaterGroups(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "timeouts-" + ns}, Spec: wavev1.WavePolicySpec{
-		Groups: []wavev1.GroupSpec{
-			{Name: "slow-" + ns, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}},
-			{Name: "after-" + ns, Order: 2},
-		}}}
-	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
-	slow := statefulSet(ns, "slow", map[string]string{keys.GroupLabel: "slow-" + ns})
-	after := deployment(ns, "after", map[string]string{keys.GroupLabel: "after-" + ns})
-	g.Eventually(func() error { return env.Client.Create(ctx, slow) }).WithTimeout(timeout).Should(Succeed())
-	g.Expect(env.Client.Create(ctx, after)).To(Succeed())
+	p, _, after := twoGroups(t, ns, "timeouts",
+		wavev1.GroupSpec{Name: "slow", Timeout: &metav1.Duration{Duration: 2 * time.Second}}, wavev1.GroupSpec{Name: "after"})
 	afterPod := podOf(t, after, after.Spec.Template, "pod-template-hash", "a1")
 
 	g.Eventually(groupPhase(ns, "slow-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
@@ -205,17 +197,8 @@ func TestPrestartedWaiterTimesOutFromItsGroupsOpening(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	const limit = 3 * time.Second
-	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "prestart-" + ns}, Spec: wavev1.WavePolicySpec{
-		Groups: []wavev1.GroupSpec{
-			{Name: "first-" + ns, Order: 1},
-			{Name: "second-" + ns, Order: 2, Timeout: &metav1.Duration{Duration: limit}},
-		}}}
-	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
-	first := statefulSet(ns, "first", map[string]string{keys.GroupLabel: "first-" + ns})
-	second := deployment(ns, "second", map[string]string{keys.GroupLabel: "second-" + ns})
-	g.Eventually(func() error { return env.Client.Create(ctx, first) }).WithTimeout(timeout).Should(Succeed())
-	g.Expect(env.Client.Create(ctx, second)).To(Succeed())
+	_, first, _ := twoGroups(t, ns, "prestart",
+		wavev1.GroupSpec{Name: "first"}, wavev1.GroupSpec{Name: "second", Timeout: &metav1.Duration{Duration: limit}})
 
 	pre := waitJobOf(t, ns, "second-"+ns)
 	g.Expect(pre.Spec.ActiveDeadlineSeconds).To(BeNil(), "a waiter started ahead of its turn has no deadline yet")
@@ -243,21 +226,33 @@ func TestPrestartedWaiterGoesWhenTheGroupBeforeTimesOut(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "prestart-block-" + ns}, Spec: wavev1.WavePolicySpec{
-		Groups: []wavev1.GroupSpec{
-			{Name: "slow-" + ns, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}},
-			{Name: "next-" + ns, Order: 2},
-		}}}
-	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
-	slow := statefulSet(ns, "slow", map[string]string{keys.GroupLabel: "slow-" + ns})
-	next := deployment(ns, "next", map[string]string{keys.GroupLabel: "next-" + ns})
-	g.Eventually(func() error { return env.Client.Create(ctx, slow) }).WithTimeout(timeout).Should(Succeed())
-	g.Expect(env.Client.Create(ctx, next)).To(Succeed())
+	twoGroups(t, ns, "prestart-block",
+		wavev1.GroupSpec{Name: "slow", Timeout: &metav1.Duration{Duration: 2 * time.Second}}, wavev1.GroupSpec{Name: "next"})
 	pre := waitJobOf(t, ns, "next-"+ns)
 	g.Eventually(groupPhase(ns, "slow-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
 	g.Eventually(func() bool {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(pre), pre)
 		return err != nil || pre.DeletionTimestamp != nil
 	}).WithTimeout(timeout).Should(BeTrue(), "the pre-started waiter of a group that cannot open is deleted")
+}
+
+// twoGroups creates a WavePolicy named <policy>-<ns> of two groups in this order (their names and
+// those of their members suffixed with -<ns>, their other fields as given), a StatefulSet named
+// after the first group in it, and a Deployment named after the second in it.
+func twoGroups(t *testing.T, ns, policy string, first, second wavev1.GroupSpec) (*wavev1.WavePolicy, *appsv1.StatefulSet, *appsv1.Deployment) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	base1, base2 := first.Name, second.Name
+	first.Name, first.Order = base1+"-"+ns, 1
+	second.Name, second.Order = base2+"-"+ns, 2
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: policy + "-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{first, second}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	sts := statefulSet(ns, base1, map[string]string{keys.GroupLabel: first.Name})
+	dep := deployment(ns, base2, map[string]string{keys.GroupLabel: second.Name})
+	g.Eventually(func() error { return env.Client.Create(ctx, sts) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Create(ctx, dep)).To(Succeed())
+	return p, sts, dep
 }
