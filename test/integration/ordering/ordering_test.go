@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -169,4 +171,47 @@ func TestWaitJobPodsAreNeverGated(t *testing.T) {
 	g.Expect(env.Client.Create(context.Background(), p)).To(Succeed())
 	g.Expect(p.Spec.SchedulingGates).To(BeEmpty())
 	g.Expect(p.Annotations).To(BeEmpty())
+}
+
+// A claim's readiness depends on its StorageClass (WaitForFirstConsumer), which is cluster-scoped:
+// the waiter of a group with a claim gets cluster-wide read access to StorageClasses, bound to its
+// namespace's waiter only, and loses it once no wait Job of that namespace needs it.
+func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns, Labels: member("storage", 1)},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	g.Eventually(func() error { return env.Client.Create(ctx, claim) }).WithTimeout(timeout).Should(Succeed())
+	g.Expect(env.Client.Create(ctx, deployment(ns, "app", member("app", 2)))).To(Succeed())
+	waitJobOf(t, ns, "storage")
+
+	waiter := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sequence.WaiterServiceAccount, Namespace: ns}
+	role := &rbacv1.ClusterRole{}
+	binding := &rbacv1.ClusterRoleBinding{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, role)).To(Succeed())
+		g.Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"},
+			Verbs: []string{"get", "list", "watch"}}))
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, binding)).To(Succeed())
+		g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sequence.WaiterServiceAccount}))
+		g.Expect(binding.Subjects).To(ContainElement(waiter))
+	}).WithTimeout(timeout).Should(Succeed())
+	for _, r := range role.Rules {
+		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
+		g.Expect(r.Resources).NotTo(ContainElement("*"))
+	}
+
+	// The claim leaves: its group and wait Job go, and so does the namespace's cluster-wide access
+	// (the binding is deleted, or keeps only other namespaces' waiters that still need it).
+	g.Expect(env.Client.Delete(ctx, claim)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, binding)
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(binding.Subjects).NotTo(ContainElement(waiter))
+	}).WithTimeout(timeout).Should(Succeed())
 }
