@@ -11,6 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
@@ -92,7 +94,37 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	if err := r.apply(ctx, want); err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.resume(ctx, jobs.Items); err != nil {
+		return ctrl.Result{}, err
+	}
 	return ctrl.Result{}, r.prune(ctx, want)
+}
+
+// resume starts the wait Jobs that were created suspended (see waitJob), now that apply has
+// provisioned their access. A Job's deadline, if armed, counts from its start (the Job controller
+// resets startTime when a Job resumes).
+func (r *RBACReconciler) resume(ctx context.Context, jobs []batchv1.Job) error {
+	for i := range jobs {
+		j := &jobs[i]
+		if j.DeletionTimestamp != nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
+			continue
+		}
+		if len(j.Spec.Template.Spec.Containers) == 0 {
+			continue
+		}
+		if _, err := waiter.ParseArgs(j.Spec.Template.Spec.Containers[0].Args); err != nil {
+			continue // not a wait Job wavegate made
+		}
+		body, err := patch.Marshal(patch.Add("/spec/suspend", false))
+		if err != nil {
+			return err
+		}
+		if err := r.Client.Patch(ctx, j, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("resuming wait Job %s: %w", klog.KObj(j), err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Resumed wait Job: its waiter's access exists", "job", klog.KObj(j))
+	}
+	return nil
 }
 
 func managedLabels() map[string]string {

@@ -158,7 +158,10 @@ func (r *Reconciler) patchJSON(ctx context.Context, obj client.Object, ops ...pa
 }
 
 // waitJob builds the wait Job of a group's current revision. An unarmed Job has no deadline yet:
-// armJob sets it when the group opens.
+// armJob sets it when the group opens. Every wait Job is created suspended: the waiter-RBAC
+// controller resumes it once its ServiceAccount, Role and RoleBinding exist, so that its pod is
+// neither refused for a missing ServiceAccount (the Job controller would retry a second or more
+// later) nor denied its first LISTs (the waiter's informers would back off as long).
 func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
 	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference
@@ -184,6 +187,7 @@ func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),
 			ActiveDeadlineSeconds: deadline,
+			Suspend:               ptr.To(true),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},
 				Spec: corev1.PodSpec{

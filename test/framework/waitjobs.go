@@ -91,9 +91,13 @@ func (e *Env) RunWaitJobs(ctx context.Context) (*WaitJobRunner, error) {
 		UpdateFunc: func(_, obj any) {
 			job := obj.(*batchv1.Job)
 			r.mu.Lock()
-			defer r.mu.Unlock()
-			if j, ok := r.running[string(job.UID)]; ok {
+			j, ok := r.running[string(job.UID)]
+			if ok {
 				j.arm(job.Spec.ActiveDeadlineSeconds)
+			}
+			r.mu.Unlock()
+			if !ok {
+				r.start(ctx, job) // resumed
 			}
 		},
 	}); err != nil {
@@ -132,7 +136,9 @@ func (l lockedBuffer) Write(p []byte) (int, error) {
 func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 	key := job.Namespace + "/" + job.Name
 	r.mu.Lock()
-	if r.seen[string(job.UID)] || len(job.Status.Conditions) > 0 {
+	// As the Job controller: no pod for a suspended Job (wavegate resumes its wait Jobs once their
+	// waiter's access exists).
+	if r.seen[string(job.UID)] || len(job.Status.Conditions) > 0 || job.Spec.Suspend != nil && *job.Spec.Suspend {
 		r.mu.Unlock()
 		return
 	}

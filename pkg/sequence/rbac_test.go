@@ -1,0 +1,77 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/waiter"
+)
+
+// TestWaitJobResumesAfterItsAccess: a wait Job is created suspended and the waiter-RBAC controller
+// resumes it only after it has written the ServiceAccount, Role and RoleBinding its waiter needs:
+// a pod started before would be refused (no ServiceAccount) or its waiter denied its first LISTs.
+func TestWaitJobResumesAfterItsAccess(t *testing.T) {
+	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
+		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true"}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+	}
+	var calls []string
+	record := func(verb string, obj client.Object) {
+		calls = append(calls, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
+	}
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(job).Build(), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			record("create", obj)
+			return c.Create(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+			record("patch", obj)
+			return c.Patch(ctx, obj, p, opts...)
+		},
+	})
+	r := &RBACReconciler{Client: c}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"create *v1.ServiceAccount " + WaiterServiceAccount,
+		"create *v1.Role " + WaiterServiceAccount,
+		"create *v1.RoleBinding " + WaiterServiceAccount,
+		"patch *v1.Job " + job.Name,
+	}
+	if d := cmp.Diff(want, calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	got := &batchv1.Job{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Suspend == nil || *got.Spec.Suspend {
+		t.Errorf("the wait Job is still suspended: %v", got.Spec.Suspend)
+	}
+	// A second pass changes nothing.
+	calls = nil
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 0 {
+		t.Errorf("a second reconcile wrote %v", calls)
+	}
+}
