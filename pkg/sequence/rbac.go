@@ -2,9 +2,11 @@ package sequence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -91,22 +93,32 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			}
 		}
 	}
-	if err := r.apply(ctx, want); err != nil {
-		return ctrl.Result{}, err
+	applyErr := r.apply(ctx, want)
+	if err := r.resume(ctx, jobs.Items, applyErr == nil); err != nil {
+		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
-	if err := r.resume(ctx, jobs.Items); err != nil {
-		return ctrl.Result{}, err
+	if applyErr != nil {
+		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
 	}
 	return ctrl.Result{}, r.prune(ctx, want)
 }
 
-// resume starts the wait Jobs that were created suspended (see waitJob), now that apply has
-// provisioned their access. A Job's deadline, if armed, counts from its start (the Job controller
-// resets startTime when a Job resumes).
-func (r *RBACReconciler) resume(ctx context.Context, jobs []batchv1.Job) error {
+// ResumeAnywayAfter is how long a wait Job stays suspended when its access cannot be provisioned:
+// a suspended Job's deadline does not run, so holding it longer would keep its group from ever
+// timing out. Resumed, its waiter fails or times out as the group's policy says.
+const ResumeAnywayAfter = 30 * time.Second
+
+// resume starts the wait Jobs that were created suspended (see waitJob): all of them once apply
+// has provisioned their access, and those suspended for ResumeAnywayAfter when it has not. A Job's
+// deadline, if armed, counts from its start (the Job controller resets startTime when a Job
+// resumes).
+func (r *RBACReconciler) resume(ctx context.Context, jobs []batchv1.Job, provisioned bool) error {
 	for i := range jobs {
 		j := &jobs[i]
 		if j.DeletionTimestamp != nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
+			continue
+		}
+		if !provisioned && time.Since(j.CreationTimestamp.Time) < ResumeAnywayAfter {
 			continue
 		}
 		if len(j.Spec.Template.Spec.Containers) == 0 {
@@ -122,7 +134,11 @@ func (r *RBACReconciler) resume(ctx context.Context, jobs []batchv1.Job) error {
 		if err := r.Client.Patch(ctx, j, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("resuming wait Job %s: %w", klog.KObj(j), err)
 		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Resumed wait Job: its waiter's access exists", "job", klog.KObj(j))
+		if provisioned {
+			ctrl.LoggerFrom(ctx).V(1).Info("Resumed wait Job: its waiter's access exists", "job", klog.KObj(j))
+		} else {
+			ctrl.LoggerFrom(ctx).Info("Resumed wait Job although its waiter's access could not be provisioned", "job", klog.KObj(j), "after", ResumeAnywayAfter)
+		}
 	}
 	return nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -73,5 +76,46 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 	}
 	if len(calls) != 0 {
 		t.Errorf("a second reconcile wrote %v", calls)
+	}
+}
+
+// TestWaitJobResumesAnywayWhenAccessFails: when the waiter's access cannot be provisioned, a wait
+// Job is not held suspended for ever (its deadline would never run and its group never time out):
+// after ResumeAnywayAfter it is resumed, and a Job created a moment ago stays suspended.
+func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
+	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
+		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
+	job := func(name string, created time.Time) *batchv1.Job {
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true"},
+				CreationTimestamp: metav1.NewTime(created)},
+			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+		}
+	}
+	old, fresh := job("old", time.Now().Add(-2*ResumeAnywayAfter)), job("fresh", time.Now())
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(old, fresh).Build(), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*rbacv1.Role); ok {
+				return apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "roles"}, obj.GetName(), fmt.Errorf("denied"))
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	r := &RBACReconciler{Client: c}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err == nil {
+		t.Fatal("Reconcile returned no error although the Role could not be created")
+	}
+	for _, tc := range []struct {
+		job       *batchv1.Job
+		suspended bool
+	}{{old, false}, {fresh, true}} {
+		got := &batchv1.Job{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(tc.job), got); err != nil {
+			t.Fatal(err)
+		}
+		if s := got.Spec.Suspend != nil && *got.Spec.Suspend; s != tc.suspended {
+			t.Errorf("Job %s suspended = %v, want %v", tc.job.Name, s, tc.suspended)
+		}
 	}
 }
