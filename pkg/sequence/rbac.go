@@ -13,7 +13,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,7 +66,9 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		return ctrl.Result{}, err
 	}
 	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
-	for _, j := range jobs.Items {
+	var ours []*batchv1.Job
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
 			continue
 		}
@@ -76,6 +77,7 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		if err != nil {
 			continue // not a wait Job wavegate made
 		}
+		ours = append(ours, j)
 		for _, m := range args.Members {
 			if want.rules[m.Namespace] == nil {
 				want.rules[m.Namespace] = map[string]bool{}
@@ -94,7 +96,7 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		}
 	}
 	applyErr := r.apply(ctx, want)
-	if err := r.resume(ctx, jobs.Items, applyErr == nil); err != nil {
+	if err := r.resume(ctx, ours, applyErr == nil); err != nil {
 		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
 	if applyErr != nil {
@@ -112,26 +114,12 @@ const ResumeAnywayAfter = 30 * time.Second
 // has provisioned their access, and those suspended for ResumeAnywayAfter when it has not. A Job's
 // deadline, if armed, counts from its start (the Job controller resets startTime when a Job
 // resumes).
-func (r *RBACReconciler) resume(ctx context.Context, jobs []batchv1.Job, provisioned bool) error {
-	for i := range jobs {
-		j := &jobs[i]
-		if j.DeletionTimestamp != nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
+func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provisioned bool) error {
+	for _, j := range jobs {
+		if j.Spec.Suspend == nil || !*j.Spec.Suspend || !provisioned && time.Since(j.CreationTimestamp.Time) < ResumeAnywayAfter {
 			continue
 		}
-		if !provisioned && time.Since(j.CreationTimestamp.Time) < ResumeAnywayAfter {
-			continue
-		}
-		if len(j.Spec.Template.Spec.Containers) == 0 {
-			continue
-		}
-		if _, err := waiter.ParseArgs(j.Spec.Template.Spec.Containers[0].Args); err != nil {
-			continue // not a wait Job wavegate made
-		}
-		body, err := patch.Marshal(patch.Add("/spec/suspend", false))
-		if err != nil {
-			return err
-		}
-		if err := r.Client.Patch(ctx, j, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager)); client.IgnoreNotFound(err) != nil {
+		if _, err := patchJSON(ctx, r.Client, j, patch.Add("/spec/suspend", false)); err != nil {
 			return fmt.Errorf("resuming wait Job %s: %w", klog.KObj(j), err)
 		}
 		if provisioned {

@@ -146,11 +146,17 @@ func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error
 // patchJSON applies a JSON patch to obj as wavegate's field manager; an object that is gone is
 // reported, not an error.
 func (r *Reconciler) patchJSON(ctx context.Context, obj client.Object, ops ...patch.Operation) (gone bool, err error) {
+	return patchJSON(ctx, r.Client, obj, ops...)
+}
+
+// patchJSON is the sequence package's one JSON-patch call, for the sequence and waiter-RBAC
+// controllers alike.
+func patchJSON(ctx context.Context, c client.Client, obj client.Object, ops ...patch.Operation) (gone bool, err error) {
 	body, err := patch.Marshal(ops...)
 	if err != nil {
 		return false, err
 	}
-	err = r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager))
+	err = c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, body), client.FieldOwner(keys.FieldManager))
 	if apierrors.IsNotFound(err) {
 		return true, nil
 	}

@@ -100,6 +100,16 @@ func checkReleaseOrder(t *testing.T, ns string) {
 	// When did each group's wait Job complete, and when was each member pod released to the scheduler?
 	jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
 	g.Expect(err).NotTo(HaveOccurred())
+	// Wait Jobs start suspended until their waiter's ServiceAccount and Roles exist: the real Job
+	// controller never had a waiter pod refused (it would have retried a second or more later).
+	// Without the suspension this fails only when the Job controller wins the race against the
+	// waiter-RBAC controller (it did on a fresh cluster in bench runs, not in a trial of this test);
+	// the order itself is pinned by pkg/sequence's TestWaitJobResumesAfterItsAccess.
+	refused, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Job,reason=FailedCreate"})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, e := range refused.Items {
+		g.Expect(e.InvolvedObject.Name).NotTo(HavePrefix("wavegate-wait-"), "the Job controller could not create a waiter pod: %s", e.Message)
+	}
 	released := map[string]time.Time{}
 	for _, j := range jobs.Items {
 		group := j.Labels[keys.WaitGroupLabel]
