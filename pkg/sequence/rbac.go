@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -67,6 +70,9 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	}
 	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
 	var ours []*batchv1.Job
+	// needs is, per wait Job, the namespaces whose access its waiter uses ("" = cluster-wide): its
+	// own (the ServiceAccount) and those of its members (Roles and RoleBindings).
+	needs := map[*batchv1.Job][]string{}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
@@ -78,7 +84,9 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			continue // not a wait Job wavegate made
 		}
 		ours = append(ours, j)
+		needs[j] = append(needs[j], j.Namespace)
 		for _, m := range args.Members {
+			needs[j] = append(needs[j], m.Namespace)
 			if want.rules[m.Namespace] == nil {
 				want.rules[m.Namespace] = map[string]bool{}
 				want.subjects[m.Namespace] = map[string]bool{}
@@ -92,11 +100,19 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 				}
 				want.rules[""]["storage.k8s.io/storageclasses"] = true
 				want.subjects[""][j.Namespace] = true
+				needs[j] = append(needs[j], "")
 			}
 		}
 	}
-	applyErr := r.apply(ctx, want)
-	if err := r.resume(ctx, ours, applyErr == nil); err != nil {
+	// Each namespace is provisioned on its own, and a wait Job resumes once the namespaces it needs
+	// are: a namespace whose access cannot be written (one being deleted, a quota) holds no other
+	// tenant's waiters.
+	failed := r.apply(ctx, want)
+	provisioned := func(j *batchv1.Job) bool {
+		return !slices.ContainsFunc(needs[j], func(ns string) bool { return failed[ns] != nil })
+	}
+	applyErr := errors.Join(slices.Collect(maps.Values(failed))...)
+	if err := r.resume(ctx, ours, provisioned); err != nil {
 		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
 	if applyErr != nil {
@@ -114,8 +130,9 @@ const ResumeAnywayAfter = 30 * time.Second
 // has provisioned their access, and those suspended for ResumeAnywayAfter when it has not. A Job's
 // deadline, if armed, counts from its start (the Job controller resets startTime when a Job
 // resumes).
-func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provisioned bool) error {
+func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provisionedFor func(*batchv1.Job) bool) error {
 	for _, j := range jobs {
+		provisioned := provisionedFor(j)
 		if j.Spec.Suspend == nil || !*j.Spec.Suspend || !provisioned && time.Since(j.CreationTimestamp.Time) < ResumeAnywayAfter {
 			continue
 		}
@@ -168,11 +185,14 @@ func subjects(namespaces map[string]bool) []rbacv1.Subject {
 	return out
 }
 
-func (r *RBACReconciler) apply(ctx context.Context, want access) error {
+// apply writes the access want describes and returns, by namespace ("" = cluster-wide), what it
+// could not write.
+func (r *RBACReconciler) apply(ctx context.Context, want access) map[string]error {
+	failed := map[string]error{}
 	for ns := range want.accounts {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
 		if err := r.upsert(ctx, sa, func() { sa.Labels = managedLabels() }); err != nil {
-			return err
+			failed[ns] = err
 		}
 	}
 	for ns, res := range want.rules {
@@ -181,30 +201,35 @@ func (r *RBACReconciler) apply(ctx context.Context, want access) error {
 		if ns == "" {
 			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
 			if err := r.upsert(ctx, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules }); err != nil {
-				return err
+				failed[ns] = errors.Join(failed[ns], err)
+				continue
 			}
 			roleRef.Kind = "ClusterRole"
 			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
 			if err := r.upsert(ctx, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs }); err != nil {
-				return err
+				failed[ns] = errors.Join(failed[ns], err)
 			}
-		} else {
-			ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-			if err := r.upsert(ctx, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules }); err != nil {
-				return err
-			}
-			rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-			if err := r.upsert(ctx, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs }); err != nil {
-				return err
-			}
+			continue
+		}
+		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+		if err := r.upsert(ctx, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules }); err != nil {
+			failed[ns] = errors.Join(failed[ns], err)
+			continue
+		}
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+		if err := r.upsert(ctx, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs }); err != nil {
+			failed[ns] = errors.Join(failed[ns], err)
 		}
 	}
-	return nil
+	return failed
 }
 
 func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate func()) error {
 	before := obj.DeepCopyObject()
 	res, err := controllerutil.CreateOrPatch(ctx, r.Client, obj, func() error { mutate(); return nil })
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil // the namespace is being deleted, and its wait Jobs with it: nothing to provision
+	}
 	if err != nil {
 		return fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)
 	}

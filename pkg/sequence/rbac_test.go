@@ -3,6 +3,7 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +119,64 @@ func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
 			t.Errorf("Job %s suspended = %v, want %v", tc.job.Name, s, tc.suspended)
 		}
 	}
+}
+
+// TestWaitJobAccessIsPerNamespace: one tenant's namespace whose access cannot be written holds
+// only its own wait Jobs: another namespace's Job resumes at once, and a namespace being deleted
+// (nothing can be created there) is no error at all.
+func TestWaitJobAccessIsPerNamespace(t *testing.T) {
+	job := func(ns string) *batchv1.Job {
+		args := waiter.Args{Sequence: ns, Group: "web", Members: []waiter.Member{
+			{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: ns, Name: "web"}}}
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true"},
+				CreationTimestamp: metav1.Now()},
+			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+		}
+	}
+	refused, terminating, fine := job("refused"), job("terminating"), job("fine")
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(refused, terminating, fine).Build(), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			switch obj.GetNamespace() {
+			case "refused":
+				if _, ok := obj.(*rbacv1.Role); ok {
+					return apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "roles"}, obj.GetName(), fmt.Errorf("exceeded quota"))
+				}
+			case "terminating":
+				return namespaceTerminating(schema.GroupResource{Resource: "serviceaccounts"}, obj)
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	r := &RBACReconciler{Client: c}
+	_, err := r.Reconcile(context.Background(), ctrl.Request{})
+	if err == nil || !apierrors.IsForbidden(err) {
+		t.Fatalf("Reconcile returned %v, want the refused Role's error", err)
+	}
+	if strings.Contains(err.Error(), "being terminated") {
+		t.Errorf("a namespace being deleted was reported: %v", err)
+	}
+	for _, tc := range []struct {
+		job       *batchv1.Job
+		suspended bool
+	}{{refused, true}, {terminating, false}, {fine, false}} {
+		got := &batchv1.Job{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(tc.job), got); err != nil {
+			t.Fatal(err)
+		}
+		if s := got.Spec.Suspend != nil && *got.Spec.Suspend; s != tc.suspended {
+			t.Errorf("Job in %s suspended = %v, want %v", tc.job.Namespace, s, tc.suspended)
+		}
+	}
+}
+
+// namespaceTerminating is the API server's refusal to create obj in a namespace being deleted (the
+// NamespaceLifecycle admission plugin's).
+func namespaceTerminating(gr schema.GroupResource, obj client.Object) error {
+	err := apierrors.NewForbidden(gr, obj.GetName(),
+		fmt.Errorf("unable to create new content in namespace %s because it is being terminated", obj.GetNamespace()))
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+		Type: corev1.NamespaceTerminatingCause, Message: "namespace " + obj.GetNamespace() + " is being terminated", Field: "metadata.namespace"})
+	return err
 }

@@ -113,7 +113,9 @@ func StateOf(j *batchv1.Job) JobState {
 // when the group is open, unarmed when it starts ahead of its turn (Prestart).
 func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group, armed bool) error {
 	job := r.waitJob(seq, g, armed)
-	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := r.Client.Create(ctx, job); apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil // the namespace is being deleted: its groups are torn down, not created
+	} else if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision, "armed", armed)
