@@ -22,7 +22,9 @@ func TestCreateJobInTerminatingNamespace(t *testing.T) {
 		refusal func(client.Object) error
 		wantErr bool
 	}{
-		{"terminating", func(o client.Object) error { return namespaceTerminating(schema.GroupResource{Group: "batch", Resource: "jobs"}, o) }, false},
+		{"terminating", func(o client.Object) error {
+			return namespaceTerminating(schema.GroupResource{Group: "batch", Resource: "jobs"}, o)
+		}, false},
 		{"other refusal", func(client.Object) error { return refuse }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
