@@ -60,6 +60,9 @@ type Reconciler struct {
 	Namespace string
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+	// APIReader reads straight from the API server: the gated pods of a consistent read (nil: only
+	// the cached ones are released).
+	APIReader client.Reader
 	// WaitPods reads wait Jobs' pods (a cache of pods labeled keys.WaitJobLabel); nil releases on
 	// the Jobs' Complete condition only.
 	WaitPods cache.Cache
@@ -131,7 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
 	// Ungating comes first: it is what the next group waits for at a boundary.
-	gated, err := r.ungate(ctx, seq, gate)
+	gated, err := r.ungate(ctx, seq, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
 	}

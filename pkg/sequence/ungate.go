@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -52,6 +53,10 @@ type freshView struct {
 	seq   string
 	idx   *policy.Index
 	scope *scope
+	// pods are the sequence's pods in the same consistent read (metadata only; only for a sequence
+	// of one namespace, and only with an APIReader): they existed when the read found their group
+	// open, so they are released with the pods the cache had, not a reconcile (and a read) later.
+	pods []metav1.PartialObjectMetadata
 }
 
 func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
@@ -61,8 +66,16 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	if !f.idx.Shared(f.seq) {
 		ns, _, _ = strings.Cut(f.seq, ".")
 	}
-	objs, err := f.r.Tracker.FreshMembers(ctx, f.seq, ns)
-	if err != nil {
+	var objs []members.MetaObject
+	var eg errgroup.Group
+	eg.Go(func() (err error) {
+		objs, err = f.r.Tracker.FreshMembers(ctx, f.seq, ns)
+		return err
+	})
+	if ns != "" && f.r.APIReader != nil {
+		eg.Go(func() error { return f.listPods(ctx, ns) })
+	}
+	if err := eg.Wait(); err != nil {
 		return nil, err
 	}
 	jobs, err := f.r.waitJobs(ctx, f.seq)
@@ -85,10 +98,25 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace)), nil
 }
 
+// listPods reads the metadata of the sequence's pods in namespace ns from the API server.
+func (f *freshView) listPods(ctx context.Context, ns string) error {
+	var pods metav1.PartialObjectMetadataList
+	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+	if err := f.r.APIReader.List(ctx, &pods, client.InNamespace(ns), client.HasLabels{keys.GroupLabel}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if members.SequenceOf(&p) == f.seq && p.DeletionTimestamp == nil {
+			f.pods = append(f.pods, p)
+		}
+	}
+	return nil
+}
+
 // ungate removes the gate from the pods of open groups, deciding through the opener: a lagging
 // cache (an earlier group's objects created a moment before the pods) never releases a pod early.
 // On an error it returns what it did so far.
-func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ungated, error) {
+func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh *freshView) (*ungated, error) {
 	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
@@ -124,22 +152,53 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener) (*ung
 		}
 		release = append(release, p)
 	}
+	// The consistent read that opened these groups also found the pods created since the cache's
+	// list (a ReplicaSet creates a hundred pods over a second): those of open groups go too, each
+	// read first (the cache has not seen them; the gate's index is in the spec).
+	seen := make(map[types.UID]bool, len(pods.Items))
+	for i := range pods.Items {
+		seen[pods.Items[i].UID] = true
+	}
+	var late []client.ObjectKey
+	for _, p := range fresh.pods {
+		if seen[p.UID] {
+			continue
+		}
+		if open, err := gate.Open(p.Labels[keys.GroupLabel]); err != nil {
+			return out, err
+		} else if open {
+			late = append(late, client.ObjectKeyFromObject(&p))
+		}
+	}
 	// One patch per pod, several at a time: a group of a hundred pods is released in a few round
 	// trips instead of a hundred (the client's rate limiter still applies).
 	var mu sync.Mutex
 	var eg errgroup.Group
 	eg.SetLimit(ungateParallelism)
+	release1 := func(p *corev1.Pod) error {
+		if err := r.removeGate(ctx, p); err != nil {
+			return err
+		}
+		if t := TemplateToken(p); t != "" {
+			mu.Lock()
+			out.released[p.Labels[keys.GroupLabel]] = append(out.released[p.Labels[keys.GroupLabel]], t)
+			mu.Unlock()
+		}
+		return nil
+	}
 	for _, p := range release {
+		eg.Go(func() error { return release1(p) })
+	}
+	for _, key := range late {
 		eg.Go(func() error {
-			if err := r.removeGate(ctx, p); err != nil {
-				return err
+			p := &corev1.Pod{}
+			if err := r.APIReader.Get(ctx, key, p); err != nil {
+				return client.IgnoreNotFound(err)
 			}
-			if t := TemplateToken(p); t != "" {
-				mu.Lock()
-				out.released[p.Labels[keys.GroupLabel]] = append(out.released[p.Labels[keys.GroupLabel]], t)
-				mu.Unlock()
+			if !hasGate(p) || p.DeletionTimestamp != nil {
+				return nil
 			}
-			return nil
+			return release1(p)
 		})
 	}
 	return out, eg.Wait()
