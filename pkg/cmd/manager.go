@@ -25,6 +25,7 @@ import (
 type managerOptions struct {
 	metricsAddr   string
 	probeAddr     string
+	pprofAddr     string
 	webhookPort   int
 	certDir       string
 	leaderElect   bool
@@ -54,6 +55,7 @@ func newManagerCommand() *cobra.Command {
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint; 0 disables it")
 	f.BoolVar(&o.secureMetrics, "metrics-secure", true, "serve metrics over HTTPS with authentication and authorization")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the health and readiness probes")
+	f.StringVar(&o.pprofAddr, "pprof-bind-address", "0", "address of Go's /debug/pprof endpoints (profiling); 0 disables them")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&o.certDir, "webhook-cert-dir", "", "directory holding tls.crt and tls.key (default: controller-runtime's)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect a leader for the controllers; every replica serves the webhook")
@@ -97,6 +99,7 @@ func runManager(cmd *cobra.Command, o managerOptions) error {
 		Cache:                  manager.CacheOptions(o.wavegate),
 		Metrics:                metrics,
 		HealthProbeBindAddress: o.probeAddr,
+		PprofBindAddress:       o.pprofAddr,
 		LeaderElection:         o.leaderElect,
 		LeaderElectionID:       "wavegate.io",
 		WebhookServer: webhook.NewServer(webhook.Options{

@@ -85,7 +85,7 @@ YAML
 	fi
 	say "starting wavegate's manager ($mode certificates) and the wait-Job pod runner"
 	if ! running manager; then
-		for port in 18081 19443; do
+		for port in 18081 18082 19443; do
 			if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 				say "127.0.0.1:$port is in use (another local cluster? run 'make dev-down' in its checkout)"
 				exit 1
@@ -95,7 +95,7 @@ YAML
 	fi
 	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/kubeconfig" --leader-elect=false \
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
-		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system \
+		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system --pprof-bind-address 127.0.0.1:18082 \
 		--waiter-image wavegate:dev --zap-log-level info
 	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --kubectl "$kubectl" \
 		--logs "$dev/pods"
