@@ -74,6 +74,10 @@ metadata:
   labels: {type: kwok, kubernetes.io/hostname: kwok-node-0}
 spec: {}
 YAML
+	# kwok's controller makes the node Ready: if it did not start (a bad configuration), say so now,
+	# not as pods that stay Pending.
+	"$kubectl" wait --for=condition=Ready node/kwok-node-0 --timeout=60s >/dev/null ||
+		{ say "the kwok node did not become Ready"; tail -5 "$dev/kwok/clusters/$cluster/logs/kwok-controller.log" >&2; exit 1; }
 	[ "$mode" = cert-manager ] && "$root/test/tools/dev/certmanager.sh" up
 	say "installing wavegate's CRDs and webhook configurations ($config)"
 	"$kubectl" apply -k "$root/$config" >/dev/null

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prints the kwokctl configuration of wavegate's local cluster: binary runtime from local paths
-# (nothing downloaded), everything on 127.0.0.1, and kwok's stock node and pod stages with one
-# change: wavegate's wait-Job pods, and pods labeled dev.wavegate.io/exec=true (wait Jobs written
+# (nothing downloaded), everything on 127.0.0.1, kwok's controller playing 16 pod stages at once
+# (KWOK_POD_PARALLELISM; kwok's default of 4 makes the one fake node start a burst of a hundred
+# pods four at a time, where a real cluster's kubelets start them in parallel), and kwok's stock
+# node and pod stages with one change: wavegate's wait-Job pods, and pods labeled dev.wavegate.io/exec=true (wait Jobs written
 # by hand, in benchmarks that compare them with wavegate's), are excluded from the pod stages, so
 # that kwok never fakes their completion; the dev pod runner executes them for real.
 #   kwokctl-config.sh <bin-dir>
@@ -25,6 +27,20 @@ options:
   kwokControllerBinary: ${bin}/kwok
   kubectlBinary: ${bin}/kubectl
   disableQPSLimits: true
+---
+# kwokctl writes this document as kwok's whole configuration, without kwok's defaults: every
+# option that has one is set here (the defaults but podPlayStageParallelism).
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  cidr: 10.0.0.0/24
+  enableDebuggingHandlers: true
+  enableProfilingHandler: true
+  podPlayStageParallelism: ${KWOK_POD_PARALLELISM:-16}
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
 YAML
 for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml; do
 	echo "---"
