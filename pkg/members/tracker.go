@@ -501,7 +501,7 @@ func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, label
 // freshListConcurrency bounds the LISTs of one consistent read in flight. The API server serves a
 // consistent LIST from its watch cache once the cache has caught up with etcd, and for a kind
 // nothing changed lately that takes its next watch-progress round (every 100 ms): the LISTs must
-// wait out that round together, not in batches (8 at a time, the 20 kinds of one namespace took
+// wait out that round together, not in batches (8 at a time, the 20-odd kinds of a namespace took
 // 190-450 ms on the local cluster; 64 at a time, 120-160 ms).
 const freshListConcurrency = 64
 

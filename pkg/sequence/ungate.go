@@ -53,6 +53,9 @@ type freshView struct {
 	seq   string
 	idx   *policy.Index
 	scope *scope
+	// withPods makes the read list the sequence's pods too: set by ungate, which has gated pods to
+	// release, before it asks the opener; a read made only for wait Jobs lists none.
+	withPods bool
 	// pods are the sequence's pods in the same consistent read (metadata only; only for a sequence
 	// of one namespace, and only with an APIReader): they existed when the read found their group
 	// open, so they are released with the pods the cache had, not a reconcile (and a read) later.
@@ -72,7 +75,7 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 		objs, err = f.r.Tracker.FreshMembers(ctx, f.seq, ns)
 		return err
 	})
-	if ns != "" && f.r.APIReader != nil {
+	if f.withPods && ns != "" && f.r.APIReader != nil {
 		eg.Go(func() error { return f.listPods(ctx, ns) })
 	}
 	if err := eg.Wait(); err != nil {
@@ -139,6 +142,7 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh
 	if len(candidates) == 0 {
 		return out, nil
 	}
+	fresh.withPods = true
 	var release []*corev1.Pod
 	for _, p := range candidates {
 		group := p.Labels[keys.GroupLabel]

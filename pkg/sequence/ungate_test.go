@@ -19,7 +19,8 @@ import (
 // TestUngateReleasesPodsOfTheConsistentRead: the pods the opener's consistent read found, and the
 // cache had not seen yet, are released in the same pass when their group is open (a ReplicaSet
 // creates its pods over a second; each left to a later reconcile paid another consistent read),
-// and only then: those of a closed group stay gated, and so does a pod the read did not find.
+// and only then: those of a closed group stay gated, and so do a pod the read did not find and a
+// pod of another sequence in the namespace.
 func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	pod := func(name, group string) *corev1.Pod {
 		return &corev1.Pod{
@@ -30,35 +31,45 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	}
 	cached := pod("cached", "web")
 	late, lateClosed, unread := pod("late", "web"), pod("late-closed", "db"), pod("unread", "web")
+	other := pod("other-sequence", "web")
+	other.Labels[keys.SequenceLabel] = "shop.other"
 	byPodSequence := func(o client.Object) []string { return []string{members.SequenceOf(o)} }
 	cache := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithIndex(&corev1.Pod{}, PodSequenceIndex, byPodSequence).
 		WithObjects(cached.DeepCopy()).Build()
-	// The API server: every pod, the one created after the consistent read too.
-	api := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cached, late, lateClosed, unread).Build()
+	// The API server: the cache's pod and those created since ("unread" comes after the read).
+	api := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cached, late, lateClosed, other).Build()
 	// The reconciler's client lists from the cache (it has not seen the late pods) and patches the
 	// API server.
 	r := &Reconciler{Client: &listFrom{Client: api, lister: cache}, APIReader: api}
 
+	ctx := context.Background()
 	fresh := &freshView{r: r, seq: "shop"}
 	plan := []*Group{{Name: "web", Open: true}, {Name: "db"}}
+	// The consistent read: the members' plan is given, the pods are read as freshView.plan reads them.
 	gate := newOpener(plan, func() (map[string]bool, error) {
-		for _, p := range []*corev1.Pod{cached, late, lateClosed} { // not "unread": created after the read
-			fresh.pods = append(fresh.pods, metav1.PartialObjectMetadata{ObjectMeta: p.ObjectMeta})
+		if !fresh.withPods {
+			t.Error("the consistent read made for ungating lists no pods")
+		}
+		if err := fresh.listPods(ctx, "shop"); err != nil {
+			return nil, err
+		}
+		if err := api.Create(ctx, unread); err != nil {
+			return nil, err
 		}
 		return map[string]bool{"web": true}, nil
 	})
-	if _, err := r.ungate(context.Background(), "shop", gate, fresh); err != nil {
+	if _, err := r.ungate(ctx, "shop", gate, fresh); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
-	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread} {
+	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread, other} {
 		cur := &corev1.Pod{}
-		if err := api.Get(context.Background(), client.ObjectKeyFromObject(p), cur); err != nil {
+		if err := api.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			t.Fatal(err)
 		}
 		got[p.Name] = hasGate(cur)
 	}
-	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true}
+	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true, "other-sequence": true}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("gated (-want +got):\n%s", d)
 	}

@@ -3,9 +3,10 @@
 # (nothing downloaded), everything on 127.0.0.1, kwok's controller playing 16 pod stages at once
 # (KWOK_POD_PARALLELISM; kwok's default of 4 makes the one fake node start a burst of a hundred
 # pods four at a time, where a real cluster's kubelets start them in parallel), and kwok's stock
-# node and pod stages with one change: wavegate's wait-Job pods, and pods labeled dev.wavegate.io/exec=true (wait Jobs written
-# by hand, in benchmarks that compare them with wavegate's), are excluded from the pod stages, so
-# that kwok never fakes their completion; the dev pod runner executes them for real.
+# node and pod stages with one change: wavegate's wait-Job pods, and pods labeled
+# dev.wavegate.io/exec=true (wait Jobs written by hand, in benchmarks that compare them with
+# wavegate's), are excluded from the pod stages, so that kwok never fakes their completion; the
+# dev pod runner executes them for real.
 #   kwokctl-config.sh <bin-dir>
 set -euo pipefail
 bin=$1
