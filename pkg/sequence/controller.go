@@ -66,6 +66,9 @@ type Reconciler struct {
 	// WaitPods reads wait Jobs' pods (a cache of pods labeled keys.WaitJobLabel); nil releases on
 	// the Jobs' Complete condition only.
 	WaitPods cache.Cache
+
+	recent       recentReleases
+	statusWrites statusWrites
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -127,17 +130,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil {
 		metrics.Forget(seq)
+		r.statusWrites.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
-	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
-	// Ungating comes first: it is what the next group waits for at a boundary.
+	gate := newOpener(plan, clearedOf(prev), func() (map[string]bool, error) { return fresh.plan(ctx) })
+	// Ungating comes first: it is what the next group waits for at a boundary. The gates are
+	// removed while the other steps run, so that the status that clears the released templates
+	// (admission then lets their new pods start without the gate) is not written after a hundred
+	// patches.
 	gated, err := r.ungate(ctx, seq, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
 	}
+	released := make(chan error, 1)
+	go func() { released <- r.release(ctx, seq, gated) }()
 	if err := r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
 		errs = append(errs, err)
 	}
@@ -146,10 +155,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
 	r.emitEvents(plan, prev, objs)
-	if err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
+	requeue := td.Requeue
+	if again, err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
+		errs = append(errs, err)
+	} else if again > 0 && (requeue == 0 || again < requeue) {
+		requeue = again
+	}
+	if err := <-released; err != nil {
 		errs = append(errs, err)
 	}
-	return ctrl.Result{RequeueAfter: td.Requeue}, errors.Join(errs...)
+	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
 }
 
 func (r *Reconciler) now() time.Time {

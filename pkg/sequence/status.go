@@ -8,10 +8,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,12 +26,16 @@ import (
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, prev *wavev1.Sequence) error {
+// writeStatus writes the Sequence's status. A status that only counts gated pods differently is
+// written at most once per statusCountsPeriod: a ReplicaSet creating a hundred pods would otherwise
+// cost a write per reconcile, on the API server that is creating and releasing those pods. It
+// returns when to reconcile again to write such a status.
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, prev *wavev1.Sequence) (time.Duration, error) {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
 		if err := r.Client.Create(ctx, seqObj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Sequence %s: %w", seqObj.Name, err)
+			return 0, fmt.Errorf("creating Sequence %s: %w", seqObj.Name, err)
 		}
 	}
 	before := seqObj.DeepCopy()
@@ -103,10 +109,64 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		}
 	}
 	meta.SetStatusCondition(&seqObj.Status.Conditions, invCond)
-	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
+	switch now := r.now(); {
+	case prev.Name != "" && equality.Semantic.DeepEqual(before.Status, seqObj.Status):
+		return 0, nil
+	case prev.Name != "" && equality.Semantic.DeepEqual(withoutCounts(before.Status), withoutCounts(seqObj.Status)):
+		if wait := r.statusWrites.wait(seq, now); wait > 0 {
+			return wait, nil
+		}
 	}
-	return nil
+	if err := r.Client.Status().Patch(ctx, seqObj, client.MergeFrom(before)); err != nil {
+		return 0, fmt.Errorf("patching the status of Sequence %s: %w", seqObj.Name, err)
+	}
+	r.statusWrites.wrote(seq, r.now())
+	return 0, nil
+}
+
+// withoutCounts is a status without its gated-pod counts.
+func withoutCounts(s wavev1.SequenceStatus) wavev1.SequenceStatus {
+	s.Groups = slices.Clone(s.Groups)
+	for i := range s.Groups {
+		s.Groups[i].GatedPods = 0
+	}
+	return s
+}
+
+// statusCountsPeriod is how often at most a status that only counts gated pods differently is
+// written.
+const statusCountsPeriod = time.Second
+
+// statusWrites remembers when each sequence's status was last written (a restarted manager
+// writes at once).
+type statusWrites struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// wait returns how long to wait before writing the counts of a sequence again.
+func (w *statusWrites) wait(seq string, now time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t, ok := w.last[seq]; ok && now.Sub(t) < statusCountsPeriod {
+		return statusCountsPeriod - now.Sub(t)
+	}
+	return 0
+}
+
+func (w *statusWrites) wrote(seq string, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last == nil {
+		w.last = map[string]time.Time{}
+	}
+	w.last[seq] = now
+}
+
+func (w *statusWrites) forget(seq string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, seq)
 }
 
 func inversionCondition(inversions []Inversion) metav1.Condition {
@@ -187,4 +247,15 @@ func observeReleases(plan []*Group, jobs []batchv1.Job, succeeded map[types.UID]
 			last = t
 		}
 	}
+}
+
+// clearedOf returns the templates per group that a Sequence's status clears.
+func clearedOf(s *wavev1.Sequence) map[string][]string {
+	out := make(map[string][]string, len(s.Status.Groups))
+	for _, g := range s.Status.Groups {
+		if len(g.ClearedTemplates) > 0 {
+			out[g.Name] = g.ClearedTemplates
+		}
+	}
+	return out
 }

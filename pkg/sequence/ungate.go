@@ -6,12 +6,14 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -40,10 +42,26 @@ func TemplateToken(o metav1.Object) string {
 	return string(c.UID)
 }
 
-// ungated is what ungate did: pods still gated per group, and the templates it released.
+// ungated is what ungate decided: the pods still gated per group, the templates it releases, and
+// the pods to release (release removes their gates).
 type ungated struct {
 	gated    map[string]int32
 	released map[string][]string
+	// pods are cached pods to release; late are pods the consistent read found that the cache had
+	// not seen (read before their patch: the gate's index is in the spec).
+	pods []*corev1.Pod
+	late []client.ObjectKey
+	// seen are the pods decided on; cleared are the templates per group that may be released
+	// without a consistent read (a copy of the opener's: release runs beside Reconcile's other
+	// steps).
+	seen    map[types.UID]bool
+	cleared func(group, template string) bool
+}
+
+func (u *ungated) releasing(group, template string) {
+	if template != "" && !slices.Contains(u.released[group], template) {
+		u.released[group] = append(u.released[group], template)
+	}
 }
 
 // freshView plans a sequence on a consistent read of its members and wait Jobs from the API
@@ -116,84 +134,83 @@ func (f *freshView) listPods(ctx context.Context, ns string) error {
 	return nil
 }
 
-// ungate removes the gate from the pods of open groups, deciding through the opener: a lagging
-// cache (an earlier group's objects created a moment before the pods) never releases a pod early.
-// On an error it returns what it did so far.
+// ungate decides which gated pods of the sequence to release, through the opener: a lagging cache
+// (an earlier group's objects created a moment before the pods) never releases a pod early. On an
+// error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh *freshView) (*ungated, error) {
-	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}, seen: map[types.UID]bool{}}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
 		return out, fmt.Errorf("listing pods: %w", err)
 	}
-	gated := out.gated
+	defer func() { out.cleared = gate.clearedCopy().Cleared }()
 	var candidates []*corev1.Pod
+	now := r.now()
+	r.recent.expire(now)
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		out.seen[p.UID] = true
 		if !hasGate(p) || p.DeletionTimestamp != nil {
+			r.recent.forget(p.UID)
+			continue
+		}
+		if r.recent.released(p.UID, now) {
 			continue
 		}
 		group := p.Labels[keys.GroupLabel]
-		if gate.CachedOpen(group) {
-			candidates = append(candidates, p)
-		} else {
-			gated[group]++
+		if !gate.CachedOpen(group) {
+			out.gated[group]++
+			continue
+		}
+		candidates = append(candidates, p)
+		if !gate.Cleared(group, TemplateToken(p)) {
+			fresh.withPods = true
 		}
 	}
-	if len(candidates) == 0 {
-		return out, nil
-	}
-	fresh.withPods = true
-	var release []*corev1.Pod
 	for _, p := range candidates {
-		group := p.Labels[keys.GroupLabel]
-		open, err := gate.Open(group)
+		group, tpl := p.Labels[keys.GroupLabel], TemplateToken(p)
+		ok, err := gate.Release(group, tpl)
 		if err != nil {
 			return out, err
 		}
-		if !open {
-			gated[group]++
+		if !ok {
+			out.gated[group]++
 			continue
 		}
-		release = append(release, p)
+		out.pods = append(out.pods, p)
+		out.releasing(group, tpl)
 	}
 	// The consistent read that opened these groups also found the pods created since the cache's
-	// list (a ReplicaSet creates a hundred pods over a second): those of open groups go too, each
-	// read first (the cache has not seen them; the gate's index is in the spec).
-	seen := make(map[types.UID]bool, len(pods.Items))
-	for i := range pods.Items {
-		seen[pods.Items[i].UID] = true
-	}
-	var late []client.ObjectKey
+	// list (a ReplicaSet creates a hundred pods over a second): those of open groups go too.
 	for _, p := range fresh.pods {
-		if seen[p.UID] {
+		if out.seen[p.UID] {
 			continue
 		}
-		if open, err := gate.Open(p.Labels[keys.GroupLabel]); err != nil {
+		out.seen[p.UID] = true
+		group, tpl := p.Labels[keys.GroupLabel], TemplateToken(&p)
+		if ok, err := gate.Release(group, tpl); err != nil {
 			return out, err
-		} else if open {
-			late = append(late, client.ObjectKeyFromObject(&p))
+		} else if ok {
+			out.late = append(out.late, client.ObjectKeyFromObject(&p))
+			out.releasing(group, tpl)
 		}
 	}
-	// One patch per pod, several at a time: a group of a hundred pods is released in a few round
-	// trips instead of a hundred (the client's rate limiter still applies).
-	var mu sync.Mutex
-	var eg errgroup.Group
-	eg.SetLimit(ungateParallelism)
-	release1 := func(p *corev1.Pod) error {
-		if err := r.removeGate(ctx, p); err != nil {
-			return err
-		}
-		if t := TemplateToken(p); t != "" {
-			mu.Lock()
-			out.released[p.Labels[keys.GroupLabel]] = append(out.released[p.Labels[keys.GroupLabel]], t)
-			mu.Unlock()
-		}
+	return out, nil
+}
+
+// release removes the gates ungate decided to remove, several at a time, and then those of the
+// pods of cleared templates that the cache has seen since (a ReplicaSet still creating the group's
+// pods), until it finds no more: each left to the next reconcile would wait for this one to end.
+func (r *Reconciler) release(ctx context.Context, seq string, u *ungated) error {
+	if len(u.pods) == 0 && len(u.late) == 0 {
 		return nil
 	}
-	for _, p := range release {
-		eg.Go(func() error { return release1(p) })
+	var eg errgroup.Group
+	eg.SetLimit(ungateParallelism)
+	for _, p := range u.pods {
+		eg.Go(func() error { return r.removeGate(ctx, p) })
 	}
-	for _, key := range late {
+	for _, key := range u.late {
 		eg.Go(func() error {
 			p := &corev1.Pod{}
 			if err := r.APIReader.Get(ctx, key, p); err != nil {
@@ -202,11 +219,44 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh
 			if !hasGate(p) || p.DeletionTimestamp != nil {
 				return nil
 			}
-			return release1(p)
+			return r.removeGate(ctx, p)
 		})
 	}
-	return out, eg.Wait()
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	for range releaseRounds {
+		var eg errgroup.Group
+		eg.SetLimit(ungateParallelism)
+		var pods corev1.PodList
+		if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
+			return fmt.Errorf("listing pods: %w", err)
+		}
+		n := 0
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if u.seen[p.UID] {
+				continue
+			}
+			if hasGate(p) {
+			}
+			u.seen[p.UID] = true
+			if hasGate(p) && p.DeletionTimestamp == nil && !r.recent.released(p.UID, r.now()) && u.cleared(p.Labels[keys.GroupLabel], TemplateToken(p)) {
+				n++
+				eg.Go(func() error { return r.removeGate(ctx, p) })
+			}
+		}
+		if err := eg.Wait(); err != nil || n == 0 {
+			return err
+		}
+	}
+	return nil
 }
+
+// releaseRounds bounds release's looks for pods created since: the pods of a still larger burst
+// start without the gate once the Sequence's status clears their template, or wait for the next
+// reconcile.
+const releaseRounds = 5
 
 // ungateParallelism bounds the gate removals in flight: a group of a hundred pods is released in
 // two rounds, within the manager's client burst (--kube-api-burst 200). On the local cluster 64
@@ -248,7 +298,29 @@ func hasGate(p *corev1.Pod) bool {
 
 // removeGate removes wavegate's gate with a JSON patch that first tests the gate is where it was
 // seen, so a concurrent change of the gates makes the patch fail instead of removing another gate.
+// When the gate is not where the cache saw it (a pass whose patches the cache has not seen yet
+// removed it, or the gates changed), the pod is read and, if still gated, patched once more.
 func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
+	err := r.removeGateAt(ctx, p)
+	if apierrors.IsInvalid(err) && r.APIReader != nil {
+		cur := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !hasGate(cur) || cur.DeletionTimestamp != nil {
+			r.recent.add(p.UID, r.now())
+			return nil
+		}
+		err = r.removeGateAt(ctx, cur)
+	}
+	if err != nil {
+		return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
+	}
+	r.recent.add(p.UID, r.now())
+	return nil
+}
+
+func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
 	for i, g := range p.Spec.SchedulingGates {
 		if g.Name != keys.SchedulingGate {
 			continue
@@ -260,10 +332,56 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 		} else {
 			ops = append(ops, patch.Add(patch.Pointer("/metadata/annotations", keys.ReleasedAtAnnotation), at))
 		}
-		if _, err := r.patchJSON(ctx, p, ops...); err != nil {
-			return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
-		}
-		return nil
+		_, err := r.patchJSON(ctx, p, ops...)
+		return err
 	}
 	return nil
+}
+
+// recentReleases are the pods whose gate this manager removed and whose update its cache may not
+// have seen yet: the next reconcile, which can start a few milliseconds later, counts them as
+// released instead of patching them again (a patch that would fail its test). Like a controller's
+// expectations it is only an optimization: a restarted manager lists its cache afresh.
+type recentReleases struct {
+	mu   sync.Mutex
+	pods map[types.UID]time.Time
+}
+
+// recentTTL bounds how long a release is remembered, should the cache never show the pod again.
+const recentTTL = 30 * time.Second
+
+func (r *recentReleases) add(uid types.UID, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pods == nil {
+		r.pods = map[types.UID]time.Time{}
+	}
+	r.pods[uid] = now
+}
+
+// released reports whether a pod that the cache shows gated was released a moment ago.
+func (r *recentReleases) released(uid types.UID, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.pods[uid]
+	return ok && now.Sub(t) < recentTTL
+}
+
+// forget drops a pod that the cache shows ungated.
+func (r *recentReleases) forget(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pods, uid)
+}
+
+// expire drops the releases older than recentTTL (pods deleted before the cache showed them
+// ungated).
+func (r *recentReleases) expire(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for u, t := range r.pods {
+		if now.Sub(t) >= recentTTL {
+			delete(r.pods, u)
+		}
+	}
 }

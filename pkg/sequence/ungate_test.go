@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -16,27 +17,38 @@ import (
 	"wavegate.io/wavegate/pkg/members"
 )
 
+// gatedPod is a gated pod of the "shop" sequence; with a template, a ReplicaSet's pod.
+func gatedPod(name, group, template string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name),
+			Labels: map[string]string{keys.GroupLabel: group}},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: keys.SchedulingGate}}},
+	}
+	if template != "" {
+		p.Labels["pod-template-hash"] = template
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + template,
+			UID: types.UID("rs-" + template), Controller: ptr.To(true)}}
+	}
+	return p
+}
+
 // TestUngateReleasesPodsOfTheConsistentRead: the pods the opener's consistent read found, and the
 // cache had not seen yet, are released in the same pass when their group is open (a ReplicaSet
 // creates its pods over a second; each left to a later reconcile paid another consistent read),
 // and only then: those of a closed group stay gated, and so do a pod the read did not find and a
-// pod of another sequence in the namespace.
+// pod of another sequence in the namespace. Pods the cache sees after the read are released too
+// when their template was released by the read (admission would let them start without the gate
+// once the status says so), and stay gated otherwise.
 func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
-	pod := func(name, group string) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name),
-				Labels: map[string]string{keys.GroupLabel: group}},
-			Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: keys.SchedulingGate}}},
-		}
-	}
-	cached := pod("cached", "web")
-	late, lateClosed, unread := pod("late", "web"), pod("late-closed", "db"), pod("unread", "web")
-	other := pod("other-sequence", "web")
+	cached := gatedPod("cached", "web", "a")
+	late, lateClosed := gatedPod("late", "web", "b"), gatedPod("late-closed", "db", "c")
+	unread, unreadSame, unreadNew := gatedPod("unread", "web", ""), gatedPod("unread-same-template", "web", "a"), gatedPod("unread-new-template", "web", "d")
+	other := gatedPod("other-sequence", "web", "a")
 	other.Labels[keys.SequenceLabel] = "shop.other"
 	byPodSequence := func(o client.Object) []string { return []string{members.SequenceOf(o)} }
 	cache := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithIndex(&corev1.Pod{}, PodSequenceIndex, byPodSequence).
 		WithObjects(cached.DeepCopy()).Build()
-	// The API server: the cache's pod and those created since ("unread" comes after the read).
+	// The API server: the cache's pod and those created since ("unread..." come after the read).
 	api := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cached, late, lateClosed, other).Build()
 	// The reconciler's client lists from the cache (it has not seen the late pods) and patches the
 	// API server.
@@ -46,32 +58,110 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	fresh := &freshView{r: r, seq: "shop"}
 	plan := []*Group{{Name: "web", Open: true}, {Name: "db"}}
 	// The consistent read: the members' plan is given, the pods are read as freshView.plan reads them.
-	gate := newOpener(plan, func() (map[string]bool, error) {
+	reads := 0
+	gate := newOpener(plan, nil, func() (map[string]bool, error) {
+		reads++
 		if !fresh.withPods {
 			t.Error("the consistent read made for ungating lists no pods")
 		}
 		if err := fresh.listPods(ctx, "shop"); err != nil {
 			return nil, err
 		}
-		if err := api.Create(ctx, unread); err != nil {
-			return nil, err
+		for _, p := range []*corev1.Pod{unread, unreadSame, unreadNew} {
+			if err := api.Create(ctx, p.DeepCopy()); err != nil {
+				return nil, err
+			}
+			if err := cache.Create(ctx, p.DeepCopy()); err != nil {
+				return nil, err
+			}
 		}
 		return map[string]bool{"web": true}, nil
 	})
-	if _, err := r.ungate(ctx, "shop", gate, fresh); err != nil {
+	u, err := r.ungate(ctx, "shop", gate, fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.release(ctx, "shop", u); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
-	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread, other} {
+	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread, unreadSame, unreadNew, other} {
 		cur := &corev1.Pod{}
 		if err := api.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			t.Fatal(err)
 		}
 		got[p.Name] = hasGate(cur)
 	}
-	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true, "other-sequence": true}
+	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true,
+		"unread-same-template": false, "unread-new-template": true, "other-sequence": true}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("gated (-want +got):\n%s", d)
+	}
+	if reads != 1 {
+		t.Errorf("%d consistent reads, want 1", reads)
+	}
+	wantReleased := map[string][]string{"web": {"rs-a/a", "rs-b/b"}}
+	if d := cmp.Diff(wantReleased, u.released); d != "" {
+		t.Errorf("released templates (-want +got):\n%s", d)
+	}
+}
+
+// TestOpenerRelease: a gated pod is released without a consistent read only when its group is open
+// on the cache and its template is cleared (by the Sequence's status or by this pass); otherwise the
+// read decides, once.
+func TestOpenerRelease(t *testing.T) {
+	type step struct {
+		group, template string
+		want            bool
+	}
+	cases := []struct {
+		name      string
+		cached    map[string]bool
+		cleared   map[string][]string
+		freshOpen map[string]bool
+		steps     []step
+		reads     int
+	}{
+		{name: "cleared template of an open group: no read",
+			cached: map[string]bool{"web": true}, cleared: map[string][]string{"web": {"a"}},
+			steps: []step{{"web", "a", true}}},
+		{name: "cleared template of a group closed on the cache: no read, gated",
+			cached: map[string]bool{"web": false}, cleared: map[string][]string{"web": {"a"}}, freshOpen: map[string]bool{"web": true},
+			steps: []step{{"web", "a", false}}},
+		{name: "a template cleared for another group is not cleared",
+			cached: map[string]bool{"web": true, "db": true}, cleared: map[string][]string{"db": {"a"}}, freshOpen: map[string]bool{},
+			steps: []step{{"web", "a", false}}, reads: 1},
+		{name: "new template: the read decides once, then its template is cleared",
+			cached: map[string]bool{"web": true}, freshOpen: map[string]bool{"web": true},
+			steps: []step{{"web", "a", true}, {"web", "a", true}, {"web", "b", true}}, reads: 1},
+		{name: "new template of a group the read finds closed",
+			cached: map[string]bool{"web": true}, freshOpen: map[string]bool{"web": false},
+			steps: []step{{"web", "a", false}, {"web", "a", false}}, reads: 1},
+		{name: "bare pods are never cleared",
+			cached: map[string]bool{"web": true}, cleared: map[string][]string{"web": {""}}, freshOpen: map[string]bool{"web": false},
+			steps: []step{{"web", "", false}}, reads: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var plan []*Group
+			for g, open := range c.cached {
+				plan = append(plan, &Group{Name: g, Open: open})
+			}
+			reads := 0
+			o := newOpener(plan, c.cleared, func() (map[string]bool, error) { reads++; return c.freshOpen, nil })
+			for _, s := range c.steps {
+				got, err := o.Release(s.group, s.template)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != s.want {
+					t.Errorf("Release(%q, %q) = %v, want %v", s.group, s.template, got, s.want)
+				}
+			}
+			if reads != c.reads {
+				t.Errorf("%d consistent reads, want %d", reads, c.reads)
+			}
+		})
 	}
 }
 
