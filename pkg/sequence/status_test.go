@@ -1,0 +1,85 @@
+package sequence
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/teardown"
+)
+
+// TestWriteStatusCoalescesCounts: a status that differs only in its gated-pod counts is written at
+// most once per statusCountsPeriod (the reconcile comes back for it), an unchanged status is not
+// written, and any other change is written at once.
+func TestWriteStatusCoalescesCounts(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := wavev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).
+		WithIndex(&corev1.Pod{}, PodSequenceIndex, func(o client.Object) []string { return []string{members.SequenceOf(o)} }).Build(),
+		interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, o client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+			writes++
+			return c.SubResource(sub).Patch(ctx, o, p, opts...)
+		}})
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	now := start
+	r := &Reconciler{Client: c, Now: func() time.Time { return now }}
+	ctx := context.Background()
+
+	type step struct {
+		name      string
+		at        time.Duration
+		phase     wavev1.GroupPhase
+		gated     int32
+		wantWrite bool
+		wantAgain time.Duration
+	}
+	steps := []step{
+		{name: "first status", phase: wavev1.GroupPending, gated: 1, wantWrite: true},
+		{name: "a count changes within the period", at: 100 * time.Millisecond, phase: wavev1.GroupPending, gated: 2, wantAgain: 900 * time.Millisecond},
+		{name: "nothing changed", at: 200 * time.Millisecond, phase: wavev1.GroupPending, gated: 1},
+		{name: "the phase changes within the period", at: 300 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 3, wantWrite: true},
+		{name: "a count changes within the new period", at: 800 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantAgain: 500 * time.Millisecond},
+		{name: "a count changes after the period", at: 1300 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantWrite: true},
+	}
+	for _, st := range steps {
+		now = start.Add(st.at)
+		prev := &wavev1.Sequence{}
+		if err := c.Get(ctx, client.ObjectKey{Name: ObjectName("shop")}, prev); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+		plan := []*Group{{Name: "web", Phase: st.phase}}
+		u := &ungated{gated: map[string]int32{"web": st.gated}}
+		before := writes
+		again, err := r.writeStatus(ctx, "shop", plan, u, &teardown.Result{}, nil, prev)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got := struct {
+			Write bool
+			Again time.Duration
+		}{writes > before, again}
+		want := struct {
+			Write bool
+			Again time.Duration
+		}{st.wantWrite, st.wantAgain}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s (-want +got):\n%s", st.name, d)
+		}
+	}
+}
