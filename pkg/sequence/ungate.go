@@ -238,8 +238,6 @@ func (r *Reconciler) release(ctx context.Context, seq string, u *ungated) error 
 			if u.seen[p.UID] {
 				continue
 			}
-			if hasGate(p) {
-			}
 			u.seen[p.UID] = true
 			if hasGate(p) && p.DeletionTimestamp == nil && !r.recent.released(p.UID, r.now()) && u.cleared(p.Labels[keys.GroupLabel], TemplateToken(p)) {
 				n++
