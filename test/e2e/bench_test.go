@@ -220,6 +220,8 @@ func BenchmarkReleaseLatency(b *testing.B) {
 	for _, c := range []struct{ groups, replicas int }{{3, 2}, {10, 2}, {30, 2}, {2, 100}} {
 		b.Run(fmt.Sprintf("groups=%d/last=%d", c.groups, c.replicas), func(b *testing.B) {
 			var all, added []time.Duration
+			pids := clusterPIDs()
+			cpu := map[bool]cpuUse{}
 			for i := range b.N {
 				ctx, cancel := context.WithCancel(context.Background())
 				elapsed := map[bool]time.Duration{}
@@ -227,11 +229,13 @@ func BenchmarkReleaseLatency(b *testing.B) {
 					ns := fmt.Sprintf("bench-%d-%d-%d-%v", c.groups, c.replicas, i, optedIn)
 					f := writeTemp(b, chainApp(ns, optedIn, c.groups, c.replicas))
 					pt := watchPods(ctx, b, ns)
+					before := sampleCPU(pids)
 					start := time.Now()
 					if out, err := exec.Command(kubectl, "apply", "-f", f).CombinedOutput(); err != nil {
 						b.Fatalf("%v: %s", err, out)
 					}
 					elapsed[optedIn] = pt.waitReady(b, c.groups, c.replicas).Sub(start)
+					cpu[optedIn] = cpu[optedIn].add(sampleCPU(pids).since(before))
 					if optedIn {
 						all = append(all, pt.boundaries(c.groups)...)
 					}
@@ -245,6 +249,15 @@ func BenchmarkReleaseLatency(b *testing.B) {
 			b.ReportMetric(float64(percentile(all, 0.99).Milliseconds()), "p99-ms/boundary")
 			b.ReportMetric(float64(percentile(added, 0.5).Milliseconds()), "added-p50-ms/boundary")
 			b.ReportMetric(float64(percentile(added, 0.99).Milliseconds()), "added-p99-ms/boundary")
+			// What the runs cost (means per run): the cluster's CPU time, the API server's, and how
+			// busy the machine was, without and with wavegate.
+			for _, optedIn := range []bool{false, true} {
+				mode, u, n := map[bool]string{false: "without", true: "with"}[optedIn], cpu[optedIn], float64(b.N)
+				b.ReportMetric(float64(u.cluster.Milliseconds())/n, "cpu-ms-"+mode)
+				b.ReportMetric(float64(u.apiserver.Milliseconds())/n, "apiserver-cpu-ms-"+mode)
+				b.ReportMetric(100*u.busy/n, "busy-pct-"+mode)
+				b.Logf("CPU per run %s wavegate: %s", mode, u.perProcess(b.N))
+			}
 			b.ReportMetric(0, "ns/op")
 		})
 	}
