@@ -136,7 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
-	gate := newOpener(plan, clearedOf(prev), func() (map[string]bool, error) { return fresh.plan(ctx) })
+	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
 	// Ungating comes first: it is what the next group waits for at a boundary. The gates are
 	// removed while the other steps run, so that the status that clears the released templates
 	// (admission then lets their new pods start without the gate) is not written after a hundred
@@ -146,7 +146,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	released := make(chan error, 1)
-	go func() { released <- r.release(ctx, seq, gated) }()
+	go func() {
+		// A panic here would not reach controller-runtime's recovery: it becomes this reconcile's error.
+		defer func() {
+			if p := recover(); p != nil {
+				released <- fmt.Errorf("removing scheduling gates: panic: %v", p)
+			}
+		}()
+		released <- r.release(ctx, gated)
+	}()
 	if err := r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
 		errs = append(errs, err)
 	}

@@ -248,14 +248,3 @@ func observeReleases(plan []*Group, jobs []batchv1.Job, succeeded map[types.UID]
 		}
 	}
 }
-
-// clearedOf returns the templates per group that a Sequence's status clears.
-func clearedOf(s *wavev1.Sequence) map[string][]string {
-	out := make(map[string][]string, len(s.Status.Groups))
-	for _, g := range s.Status.Groups {
-		if len(g.ClearedTemplates) > 0 {
-			out[g.Name] = g.ClearedTemplates
-		}
-	}
-	return out
-}

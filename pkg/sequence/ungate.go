@@ -51,11 +51,6 @@ type ungated struct {
 	// not seen (read before their patch: the gate's index is in the spec).
 	pods []*corev1.Pod
 	late []client.ObjectKey
-	// seen are the pods decided on; cleared are the templates per group that may be released
-	// without a consistent read (a copy of the opener's: release runs beside Reconcile's other
-	// steps).
-	seen    map[types.UID]bool
-	cleared func(group, template string) bool
 }
 
 func (u *ungated) releasing(group, template string) {
@@ -138,18 +133,18 @@ func (f *freshView) listPods(ctx context.Context, ns string) error {
 // (an earlier group's objects created a moment before the pods) never releases a pod early. On an
 // error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh *freshView) (*ungated, error) {
-	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}, seen: map[types.UID]bool{}}
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
 		return out, fmt.Errorf("listing pods: %w", err)
 	}
-	defer func() { out.cleared = gate.clearedCopy().Cleared }()
+	seen := make(map[types.UID]bool, len(pods.Items))
 	var candidates []*corev1.Pod
 	now := r.now()
 	r.recent.expire(now)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		out.seen[p.UID] = true
+		seen[p.UID] = true
 		if !hasGate(p) || p.DeletionTimestamp != nil {
 			r.recent.forget(p.UID)
 			continue
@@ -163,48 +158,44 @@ func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh
 			continue
 		}
 		candidates = append(candidates, p)
-		if !gate.Cleared(group, TemplateToken(p)) {
-			fresh.withPods = true
-		}
 	}
+	if len(candidates) == 0 {
+		return out, nil
+	}
+	fresh.withPods = true
 	for _, p := range candidates {
-		group, tpl := p.Labels[keys.GroupLabel], TemplateToken(p)
-		ok, err := gate.Release(group, tpl)
+		group := p.Labels[keys.GroupLabel]
+		open, err := gate.Open(group)
 		if err != nil {
 			return out, err
 		}
-		if !ok {
+		if !open {
 			out.gated[group]++
 			continue
 		}
 		out.pods = append(out.pods, p)
-		out.releasing(group, tpl)
+		out.releasing(group, TemplateToken(p))
 	}
 	// The consistent read that opened these groups also found the pods created since the cache's
-	// list (a ReplicaSet creates a hundred pods over a second): those of open groups go too.
+	// list (a ReplicaSet creates a hundred pods over a second): they existed when the read found
+	// their group open, so those of open groups go too.
 	for _, p := range fresh.pods {
-		if out.seen[p.UID] {
+		if seen[p.UID] {
 			continue
 		}
-		out.seen[p.UID] = true
-		group, tpl := p.Labels[keys.GroupLabel], TemplateToken(&p)
-		if ok, err := gate.Release(group, tpl); err != nil {
+		group := p.Labels[keys.GroupLabel]
+		if open, err := gate.Open(group); err != nil {
 			return out, err
-		} else if ok {
+		} else if open {
 			out.late = append(out.late, client.ObjectKeyFromObject(&p))
-			out.releasing(group, tpl)
+			out.releasing(group, TemplateToken(&p))
 		}
 	}
 	return out, nil
 }
 
-// release removes the gates ungate decided to remove, several at a time, and then those of the
-// pods of cleared templates that the cache has seen since (a ReplicaSet still creating the group's
-// pods), until it finds no more: each left to the next reconcile would wait for this one to end.
-func (r *Reconciler) release(ctx context.Context, seq string, u *ungated) error {
-	if len(u.pods) == 0 && len(u.late) == 0 {
-		return nil
-	}
+// release removes the gates ungate decided to remove, several at a time.
+func (r *Reconciler) release(ctx context.Context, u *ungated) error {
 	var eg errgroup.Group
 	eg.SetLimit(ungateParallelism)
 	for _, p := range u.pods {
@@ -222,39 +213,8 @@ func (r *Reconciler) release(ctx context.Context, seq string, u *ungated) error 
 			return r.removeGate(ctx, p)
 		})
 	}
-	if err := eg.Wait(); err != nil {
-		return err
-	}
-	for range releaseRounds {
-		var eg errgroup.Group
-		eg.SetLimit(ungateParallelism)
-		var pods corev1.PodList
-		if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
-			return fmt.Errorf("listing pods: %w", err)
-		}
-		n := 0
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if u.seen[p.UID] {
-				continue
-			}
-			u.seen[p.UID] = true
-			if hasGate(p) && p.DeletionTimestamp == nil && !r.recent.released(p.UID, r.now()) && u.cleared(p.Labels[keys.GroupLabel], TemplateToken(p)) {
-				n++
-				eg.Go(func() error { return r.removeGate(ctx, p) })
-			}
-		}
-		if err := eg.Wait(); err != nil || n == 0 {
-			return err
-		}
-	}
-	return nil
+	return eg.Wait()
 }
-
-// releaseRounds bounds release's looks for pods created since: the pods of a still larger burst
-// start without the gate once the Sequence's status clears their template, or wait for the next
-// reconcile.
-const releaseRounds = 5
 
 // ungateParallelism bounds the gate removals in flight: a group of a hundred pods is released in
 // two rounds, within the manager's client burst (--kube-api-burst 200). On the local cluster 64

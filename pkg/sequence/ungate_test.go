@@ -37,9 +37,8 @@ func gatedPod(name, group, template string) *corev1.Pod {
 // cache had not seen yet, are released in the same pass when their group is open (a ReplicaSet
 // creates its pods over a second; each left to a later reconcile paid another consistent read),
 // and only then: those of a closed group stay gated, and so do a pod the read did not find and a
-// pod of another sequence in the namespace. Pods the cache sees after the read are released too
-// when their template was released by the read (admission would let them start without the gate
-// once the status says so), and stay gated otherwise.
+// pod of another sequence in the namespace. Pods created after the read stay gated, whatever their
+// template: the read did not see them, and the next reconcile decides on a read of its own.
 func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	cached := gatedPod("cached", "web", "a")
 	late, lateClosed := gatedPod("late", "web", "b"), gatedPod("late-closed", "db", "c")
@@ -60,7 +59,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	plan := []*Group{{Name: "web", Open: true}, {Name: "db"}}
 	// The consistent read: the members' plan is given, the pods are read as freshView.plan reads them.
 	reads := 0
-	gate := newOpener(plan, nil, func() (map[string]bool, error) {
+	gate := newOpener(plan, func() (map[string]bool, error) {
 		reads++
 		if !fresh.withPods {
 			t.Error("the consistent read made for ungating lists no pods")
@@ -82,7 +81,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.release(ctx, "shop", u); err != nil {
+	if err := r.release(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
@@ -94,7 +93,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 		got[p.Name] = hasGate(cur)
 	}
 	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true,
-		"unread-same-template": false, "unread-new-template": true, "other-sequence": true}
+		"unread-same-template": true, "unread-new-template": true, "other-sequence": true}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("gated (-want +got):\n%s", d)
 	}
@@ -107,40 +106,32 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	}
 }
 
-// TestOpenerRelease: a gated pod is released without a consistent read only when its group is open
-// on the cache and its template is cleared (by the Sequence's status or by this pass); otherwise the
-// read decides, once.
-func TestOpenerRelease(t *testing.T) {
+// TestOpener: a group opens only when the cache and a consistent read made by the same reconcile
+// both say so; the read is made once, and not at all for a group the cache calls closed.
+func TestOpener(t *testing.T) {
 	type step struct {
-		group, template string
-		want            bool
+		group string
+		want  bool
 	}
 	cases := []struct {
 		name      string
 		cached    map[string]bool
-		cleared   map[string][]string
 		freshOpen map[string]bool
 		steps     []step
 		reads     int
 	}{
-		{name: "cleared template of an open group: no read",
-			cached: map[string]bool{"web": true}, cleared: map[string][]string{"web": {"a"}},
-			steps: []step{{"web", "a", true}}},
-		{name: "cleared template of a group closed on the cache: no read, gated",
-			cached: map[string]bool{"web": false}, cleared: map[string][]string{"web": {"a"}}, freshOpen: map[string]bool{"web": true},
-			steps: []step{{"web", "a", false}}},
-		{name: "a template cleared for another group is not cleared",
-			cached: map[string]bool{"web": true, "db": true}, cleared: map[string][]string{"db": {"a"}}, freshOpen: map[string]bool{},
-			steps: []step{{"web", "a", false}}, reads: 1},
-		{name: "new template: the read decides once, then its template is cleared",
-			cached: map[string]bool{"web": true}, freshOpen: map[string]bool{"web": true},
-			steps: []step{{"web", "a", true}, {"web", "a", true}, {"web", "b", true}}, reads: 1},
-		{name: "new template of a group the read finds closed",
+		{name: "closed on the cache: no read",
+			cached: map[string]bool{"web": false}, freshOpen: map[string]bool{"web": true},
+			steps: []step{{"web", false}}},
+		{name: "open on the cache and on the read, once for every group",
+			cached: map[string]bool{"web": true, "db": true}, freshOpen: map[string]bool{"web": true, "db": true},
+			steps: []step{{"web", true}, {"db", true}, {"web", true}}, reads: 1},
+		{name: "open on a lagging cache, closed on the read",
 			cached: map[string]bool{"web": true}, freshOpen: map[string]bool{"web": false},
-			steps: []step{{"web", "a", false}, {"web", "a", false}}, reads: 1},
-		{name: "bare pods are never cleared",
-			cached: map[string]bool{"web": true}, cleared: map[string][]string{"web": {""}}, freshOpen: map[string]bool{"web": false},
-			steps: []step{{"web", "", false}}, reads: 1},
+			steps: []step{{"web", false}, {"web", false}}, reads: 1},
+		{name: "a group the read does not know is closed",
+			cached: map[string]bool{"web": true}, freshOpen: map[string]bool{},
+			steps: []step{{"web", false}}, reads: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -149,14 +140,14 @@ func TestOpenerRelease(t *testing.T) {
 				plan = append(plan, &Group{Name: g, Open: open})
 			}
 			reads := 0
-			o := newOpener(plan, c.cleared, func() (map[string]bool, error) { reads++; return c.freshOpen, nil })
+			o := newOpener(plan, func() (map[string]bool, error) { reads++; return c.freshOpen, nil })
 			for _, s := range c.steps {
-				got, err := o.Release(s.group, s.template)
+				got, err := o.Open(s.group)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got != s.want {
-					t.Errorf("Release(%q, %q) = %v, want %v", s.group, s.template, got, s.want)
+					t.Errorf("Open(%q) = %v, want %v", s.group, got, s.want)
 				}
 			}
 			if reads != c.reads {
@@ -192,20 +183,24 @@ func TestReleasedPodsAreNotPatchedTwice(t *testing.T) {
 		}})
 	r := &Reconciler{Client: &listFrom{Client: api, lister: stale}, APIReader: api}
 	ctx := context.Background()
+	reads := 0
 	for pass := range 2 {
-		gate := newOpener([]*Group{{Name: "web", Open: true}}, map[string][]string{"web": {"rs-a/a"}}, func() (map[string]bool, error) {
-			t.Error("a cleared template needs no consistent read")
-			return nil, nil
+		gate := newOpener([]*Group{{Name: "web", Open: true}}, func() (map[string]bool, error) {
+			reads++
+			return map[string]bool{"web": true}, nil
 		})
 		u, err := r.ungate(ctx, "shop", gate, &freshView{r: r, seq: "shop"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := r.release(ctx, "shop", u); err != nil {
+		if err := r.release(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 		if patches != 1 {
 			t.Errorf("after pass %d: %d patches, want 1", pass+1, patches)
 		}
+	}
+	if reads != 1 {
+		t.Errorf("%d consistent reads, want 1: the second pass has nothing to decide", reads)
 	}
 }
