@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,6 +26,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/patch"
+	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
@@ -35,9 +37,19 @@ import (
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
 // get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and a
-// ClusterRole for cluster-scoped members. Everything is derived from the wait Jobs themselves.
+// ClusterRole for cluster-scoped members. Everything is derived from the wait Jobs themselves,
+// and a tenant can create a Job that looks like one: so a Job is provisioned only in wavegate's own
+// namespace or in an opted-in namespace that may join the Job's sequence, and only for members that
+// the sequence may hold (an opted-in namespace that may join it; a cluster-scoped kind, for a
+// shared sequence declared clusterScoped). Nothing a tenant writes grants access to another
+// namespace, or cluster-wide.
 type RBACReconciler struct {
 	Client client.Client
+	// Policies declare the shared sequences (nil: every sequence is its namespace's own).
+	Policies interface{ Index() *policy.Index }
+	// Namespace is wavegate's own, where the wait Jobs of sequences with only cluster-scoped
+	// members run.
+	Namespace string
 }
 
 // SetupWithManager registers the controller under one key: the whole set is derived together.
@@ -68,6 +80,13 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
 		return ctrl.Result{}, err
 	}
+	var idx *policy.Index
+	if r.Policies != nil {
+		if idx = r.Policies.Index(); idx == nil {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
+	sc := newScope(r.Client, r.Namespace)
 	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
 	var ours []*batchv1.Job
 	// needs is, per wait Job, the namespaces whose access its waiter uses ("" = cluster-wide): its
@@ -78,14 +97,19 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
 			continue
 		}
-		want.accounts[j.Namespace] = true
 		args, err := waiter.ParseArgs(j.Spec.Template.Spec.Containers[0].Args)
-		if err != nil {
+		if err != nil || !r.mayRun(ctx, idx, sc, j, args.Sequence) {
 			continue // not a wait Job wavegate made
 		}
+		want.accounts[j.Namespace] = true
 		ours = append(ours, j)
 		needs[j] = append(needs[j], j.Namespace)
 		for _, m := range args.Members {
+			if !r.mayWatch(ctx, idx, sc, args.Sequence, m) {
+				ctrl.LoggerFrom(ctx).Info("Not granting a wait Job access to a member its sequence may not hold",
+					"job", klog.KObj(j), "sequence", args.Sequence, "member", m.GVR.Resource+" "+m.Namespace+"/"+m.Name)
+				continue
+			}
 			needs[j] = append(needs[j], m.Namespace)
 			if want.rules[m.Namespace] == nil {
 				want.rules[m.Namespace] = map[string]bool{}
@@ -119,6 +143,37 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
 	}
 	return ctrl.Result{}, r.prune(ctx, want)
+}
+
+// mayRun reports whether a wait Job of sequence seq may get its access: in wavegate's own
+// namespace, or in an opted-in namespace that may join the sequence, with the sequence label
+// wavegate puts on its Jobs.
+func (r *RBACReconciler) mayRun(ctx context.Context, idx *policy.Index, sc *scope, j *batchv1.Job, seq string) bool {
+	if seq == "" || j.Labels[keys.WaitSequenceLabel] != seq {
+		return false
+	}
+	if r.Namespace != "" && j.Namespace == r.Namespace {
+		return true
+	}
+	return sc.OptedIn(ctx, j.Namespace) && idx.MayJoin(seq, j.Namespace, sc.Labels(ctx, j.Namespace))
+}
+
+// mayWatch reports whether sequence seq may hold member m, so that its waiter may read it: a
+// namespaced member in an opted-in namespace that may join the sequence, a cluster-scoped one (a
+// kind the API server says is cluster-scoped) if the sequence is shared with clusterScoped.
+func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *scope, seq string, m waiter.Member) bool {
+	if m.Namespace != "" {
+		return sc.OptedIn(ctx, m.Namespace) && idx.MayJoin(seq, m.Namespace, sc.Labels(ctx, m.Namespace))
+	}
+	if !idx.MayJoin(seq, "", nil) {
+		return false
+	}
+	gvk, err := r.Client.RESTMapper().KindFor(m.GVR)
+	if err != nil {
+		return false
+	}
+	mapping, err := r.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil && mapping.Scope.Name() == meta.RESTScopeNameRoot
 }
 
 // ResumeAnywayAfter is how long a wait Job stays suspended when its access cannot be provisioned:

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta/testrestmapper"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -21,7 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
@@ -32,7 +35,7 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
 		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"}},
 		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
 	}
@@ -40,7 +43,7 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 	record := func(verb string, obj client.Object) {
 		calls = append(calls, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
 	}
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(job).Build(), interceptor.Funcs{
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(job).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			record("create", obj)
 			return c.Create(ctx, obj, opts...)
@@ -88,14 +91,14 @@ func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
 		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
 	job := func(name string, created time.Time) *batchv1.Job {
 		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"},
 				CreationTimestamp: metav1.NewTime(created)},
 			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
 		}
 	}
 	old, fresh := job("old", time.Now().Add(-2*ResumeAnywayAfter)), job("fresh", time.Now())
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(old, fresh).Build(), interceptor.Funcs{
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(old, fresh).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, ok := obj.(*rbacv1.Role); ok {
 				return apierrors.NewForbidden(schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "roles"}, obj.GetName(), fmt.Errorf("denied"))
@@ -129,14 +132,14 @@ func TestWaitJobAccessIsPerNamespace(t *testing.T) {
 		args := waiter.Args{Sequence: ns, Group: "web", Members: []waiter.Member{
 			{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: ns, Name: "web"}}}
 		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true"},
+			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: ns},
 				CreationTimestamp: metav1.Now()},
 			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
 		}
 	}
 	refused, terminating, fine := job("refused"), job("terminating"), job("fine")
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(refused, terminating, fine).Build(), interceptor.Funcs{
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(refused, terminating, fine).WithObjects(optedIn("refused", "terminating", "fine")...).Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			switch obj.GetNamespace() {
 			case "refused":
@@ -179,4 +182,99 @@ func namespaceTerminating(gr schema.GroupResource, obj client.Object) error {
 	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
 		Type: corev1.NamespaceTerminatingCause, Message: "namespace " + obj.GetNamespace() + " is being terminated", Field: "metadata.namespace"})
 	return err
+}
+
+// optedIn are namespaces labeled for wavegate.
+func optedIn(names ...string) []client.Object {
+	out := make([]client.Object, len(names))
+	for i, n := range names {
+		out[i] = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{keys.EnabledLabel: "true"}}}
+	}
+	return out
+}
+
+type fixedPolicies struct{ idx *policy.Index }
+
+func (f fixedPolicies) Index() *policy.Index { return f.idx }
+
+// TestWaitJobAccessOnlyWhatItsSequenceMayHold: anyone who may create Jobs can create one labeled
+// and shaped like a wait Job. Its waiter gets read access only to what its sequence may hold: not
+// to another tenant's namespace, not cluster-wide to a namespaced kind, nothing for a Job outside
+// an opted-in namespace or naming a sequence its namespace may not join; a shared sequence declared
+// clusterScoped gets cluster-scoped kinds.
+func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
+	gvr := func(group, resource string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
+	}
+	job := func(ns, seq string, ms ...waiter.Member) *batchv1.Job {
+		args := waiter.Args{Sequence: seq, Group: "web", Members: ms}
+		return &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-" + strings.ReplaceAll(seq, ".", "-"), Namespace: ns,
+				Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}, CreationTimestamp: metav1.Now()},
+			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+		}
+	}
+	jobs := []client.Object{
+		// Tenant a's own Job reaches into tenant b and cluster-wide.
+		job("tenant-a", "tenant-a",
+			waiter.Member{GVR: gvr("apps", "deployments"), Namespace: "tenant-a", Name: "web"},
+			waiter.Member{GVR: gvr("", "configmaps"), Namespace: "tenant-b", Name: "x"},
+			waiter.Member{GVR: gvr("", "configmaps"), Name: "x"},
+			waiter.Member{GVR: gvr("rbac.authorization.k8s.io", "clusterroles"), Name: "x"}),
+		// A Job naming tenant b's sequence, in tenant c; one in a namespace that is not opted in.
+		job("tenant-c", "tenant-b", waiter.Member{GVR: gvr("", "configmaps"), Namespace: "tenant-b", Name: "x"}),
+		job("outside", "outside", waiter.Member{GVR: gvr("", "configmaps"), Namespace: "outside", Name: "x"}),
+		// A shared sequence declared clusterScoped, its Job in wavegate's namespace.
+		job("wavegate-system", "platform",
+			waiter.Member{GVR: gvr("rbac.authorization.k8s.io", "clusterroles"), Name: "op"},
+			waiter.Member{GVR: gvr("", "secrets"), Name: "op"}),
+	}
+	outside := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "outside"}}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithRESTMapper(testrestmapper.TestOnlyStaticRESTMapper(scheme.Scheme)).WithObjects(jobs...).
+		WithObjects(optedIn("tenant-a", "tenant-b", "tenant-c")...).WithObjects(outside).Build()
+	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true}}}}})
+	r := &RBACReconciler{Client: c, Policies: fixedPolicies{idx}, Namespace: "wavegate-system"}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	var roles rbacv1.RoleList
+	if err := c.List(context.Background(), &roles); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range roles.Items {
+		for _, rule := range ro.Rules {
+			for _, res := range rule.Resources {
+				got[ro.Namespace] = append(got[ro.Namespace], res)
+			}
+		}
+	}
+	var croles rbacv1.ClusterRoleList
+	if err := c.List(context.Background(), &croles); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range croles.Items {
+		for _, rule := range ro.Rules {
+			for _, res := range rule.Resources {
+				got["(cluster)"] = append(got["(cluster)"], res)
+			}
+		}
+	}
+	var sas corev1.ServiceAccountList
+	if err := c.List(context.Background(), &sas); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range sas.Items {
+		got["accounts"] = append(got["accounts"], sa.Namespace)
+	}
+	want := map[string][]string{
+		"tenant-a":  {"deployments"},
+		"(cluster)": {"clusterroles"},
+		"accounts":  {"tenant-a", "wavegate-system"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("access granted (-want +got):\n%s", d)
+	}
 }
