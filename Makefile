@@ -40,6 +40,7 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests und
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=certs-role paths="./certs/..." output:rbac:artifacts:config=config/self-managed/rbac
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate the API's DeepCopy methods.

@@ -37,9 +37,10 @@ import (
 )
 
 // Only wavegate's own certificate Secret, in its own namespace (create cannot be narrowed to a name).
+// `make manifests` writes this Role to config/self-managed/rbac: only the self-managed install has
+// it. Patching the webhook configurations' CA is the webhookconfig controller's access.
 // +kubebuilder:rbac:groups="",namespace=wavegate-system,resources=secrets,verbs=get;update,resourceNames=wavegate-webhook-certs
 // +kubebuilder:rbac:groups="",namespace=wavegate-system,resources=secrets,verbs=create
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=patch;update,resourceNames=wavegate-validating-webhook-configuration
 
 // Secret keys.
 const (

@@ -1,10 +1,12 @@
-// Package rbac checks the RBAC wavegate installs (config/default, rendered as `kubectl apply -k`
-// would) against an allowlist: least privilege, no wildcards, Secrets only for its own
-// certificate in its own namespace, no escalate, bind or impersonate.
+// Package rbac checks the RBAC wavegate installs (config/default and config/self-managed, rendered
+// as `kubectl apply -k` would) against an allowlist: least privilege, no wildcards, Secrets only for
+// its own certificate in its own namespace and only when it manages that certificate itself, no
+// escalate, bind or impersonate.
 package rbac
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -62,36 +64,54 @@ type role struct {
 	rules                 []rbacv1.PolicyRule
 }
 
-func render(t *testing.T) []role {
+// installs are the kustomizations a user applies.
+var installs = []string{"default", "self-managed"}
+
+// render returns the roles and role bindings of config/<install>.
+func render(t *testing.T, install string) ([]role, []rbacv1.RoleBinding) {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, "config", "default"))
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, "config", install))
 	if err != nil {
-		t.Fatalf("rendering config/default: %v", err)
+		t.Fatalf("rendering config/%s: %v", install, err)
 	}
 	var out []role
+	var bindings []rbacv1.RoleBinding
 	for _, r := range m.Resources() {
-		if r.GetKind() != "ClusterRole" && r.GetKind() != "Role" {
-			continue
-		}
 		b, _ := r.AsYAML()
-		var cr rbacv1.ClusterRole
-		if err := yaml.Unmarshal(b, &cr); err != nil {
-			t.Fatal(err)
+		switch r.GetKind() {
+		case "ClusterRole", "Role":
+			var cr rbacv1.ClusterRole
+			if err := yaml.Unmarshal(b, &cr); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, role{r.GetKind(), cr.Name, cr.Namespace, cr.Rules})
+		case "RoleBinding":
+			var rb rbacv1.RoleBinding
+			if err := yaml.Unmarshal(b, &rb); err != nil {
+				t.Fatal(err)
+			}
+			bindings = append(bindings, rb)
 		}
-		out = append(out, role{r.GetKind(), cr.Name, cr.Namespace, cr.Rules})
 	}
 	if len(out) == 0 {
-		t.Fatal("config/default renders no roles")
+		t.Fatalf("config/%s renders no roles", install)
 	}
-	return out
+	return out, bindings
 }
 
 func TestRBACAllowlist(t *testing.T) {
-	for _, r := range render(t) {
+	for _, install := range installs {
+		roles, _ := render(t, install)
+		t.Run(install, func(t *testing.T) { allowlist(t, roles) })
+	}
+}
+
+func allowlist(t *testing.T, roles []role) {
+	for _, r := range roles {
 		for _, rule := range r.rules {
 			where := fmt.Sprintf("%s %s rule %v", r.kind, r.name, rule)
 			for _, list := range [][]string{rule.Verbs, rule.Resources, rule.APIGroups} {
@@ -140,10 +160,47 @@ func secretRule(t *testing.T, r role, rule rbacv1.PolicyRule) {
 	}
 }
 
+// TestSecretsOnlyForSelfManagedCertificates: the install that issues its own certificate can
+// create its Secret and read and update it by name, in its own namespace, bound to the manager's
+// ServiceAccount; the cert-manager install has no access to Secrets at all.
+func TestSecretsOnlyForSelfManagedCertificates(t *testing.T) {
+	for _, install := range installs {
+		roles, bindings := render(t, install)
+		verbs := map[string]bool{}
+		for _, r := range roles {
+			bound := slices.ContainsFunc(bindings, func(b rbacv1.RoleBinding) bool {
+				return b.Namespace == r.namespace && b.RoleRef.Kind == r.kind && b.RoleRef.Name == r.name &&
+					slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+						return s.Kind == "ServiceAccount" && s.Name == "wavegate-manager" && s.Namespace == "wavegate-system"
+					})
+			})
+			for _, rule := range r.rules {
+				if !slices.Contains(rule.Resources, "secrets") {
+					continue
+				}
+				if !bound {
+					t.Errorf("config/%s: %s %s grants Secrets but is not bound to the manager", install, r.kind, r.name)
+				}
+				for _, v := range rule.Verbs {
+					verbs[v] = true
+				}
+			}
+		}
+		want := map[string]bool{}
+		if install == "self-managed" {
+			want = map[string]bool{"create": true, "get": true, "update": true}
+		}
+		if !maps.Equal(want, verbs) {
+			t.Errorf("config/%s: the manager's verbs on Secrets are %v, want %v", install, verbs, want)
+		}
+	}
+}
+
 // TestAggregation: the manager's binding names the aggregated ClusterRole, and users extend it with
 // the documented label.
 func TestAggregation(t *testing.T) {
-	for _, r := range render(t) {
+	roles, _ := render(t, "default")
+	for _, r := range roles {
 		if r.name == "wavegate-manager-aggregate-role" {
 			return
 		}
