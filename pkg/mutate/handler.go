@@ -130,6 +130,12 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{keys.TeardownFinalizer}))
 		}
 	}
+	if _, ok := obj.Labels[keys.GroupLabel]; req.GroupKind == podGroupKind && req.Create && !ok {
+		// A pod grouped only by a policy's label (a bare pod, an operator's, one of a template admitted
+		// before its namespace opted in) carries the group in wavegate's label too: the controller
+		// finds the pods it releases by that label.
+		ops = setEntries(ops, "/metadata/labels", obj.Labels, map[string]string{keys.GroupLabel: res.Group})
+	}
 	if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
 		(req.Gates == nil || !req.Gates.Cleared(res.Sequence, res.Group, obj.templateToken())) {
 		// Every new member pod waits for the controller, unless its template was already cleared:

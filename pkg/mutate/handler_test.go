@@ -427,6 +427,34 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	if !gated {
 		t.Errorf("a new member pod was not gated: %+v", resp.Patches)
 	}
+	// A pod grouped only by a policy's label is gated and labeled with its group: the controller
+	// finds the pods to release by wavegate's label.
+	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: wavev1.WavePolicySpec{GroupLabel: "app.kubernetes.io/component", Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}}}})
+	bare := &corev1.Pod{ObjectMeta: meta(map[string]string{"app.kubernetes.io/component": "database"}, nil),
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	raw, _ = json.Marshal(bare)
+	req := Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true}
+	resp = Mutate(parse(t, raw, podGK), req, idx)
+	patch, _ := json.Marshal(resp.Patches)
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := json.Unmarshal(out, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels[keys.GroupLabel] != "database" || len(got.Spec.SchedulingGates) != 1 {
+		t.Errorf("a pod grouped by the policy's label: labels %v, gates %v; want %s=database and the gate", got.Labels, got.Spec.SchedulingGates, keys.GroupLabel)
+	}
+	if again := Mutate(parse(t, out, podGK), req, idx); len(again.Patches) != 0 {
+		t.Errorf("a second pass patched the pod again: %+v", again.Patches)
+	}
 	slice := &corev1.ConfigMap{ObjectMeta: meta(member, nil)}
 	raw, _ = json.Marshal(slice)
 	es := schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}

@@ -40,6 +40,18 @@ func TestPolicyGroupLabelReachesTheWebhook(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, d)).To(Succeed())
 	g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue("wavegate.io/group", "frontend"), "its pods must reach the webhook as members")
 
+	// A pod with only the policy's label (a bare pod, an operator's) is gated, carries the group in
+	// wavegate's label, and is released: no earlier group has members.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: ns, Labels: labels(component, "frontend")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	g.Expect(pod.Labels).To(HaveKeyWithValue("wavegate.io/group", "frontend"))
+	g.Expect(pod.Spec.SchedulingGates).NotTo(BeEmpty())
+	g.Eventually(func(g Gomega) []corev1.PodSchedulingGate {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		return pod.Spec.SchedulingGates
+	}).WithTimeout(10*time.Second).Should(BeEmpty(), "a pod grouped by the policy's label stays gated")
+
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
 		c := meta.FindStatusCondition(p.Status.Conditions, policy.ConditionReady)
