@@ -102,7 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
 		}
 	}
-	succeeded, err := r.succeededWaiters(ctx, seq)
+	succeeded, err := r.succeededWaiters(ctx, seq, jobs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

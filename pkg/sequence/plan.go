@@ -205,20 +205,22 @@ func revision(members []Member) string {
 	return hex.EncodeToString(h.Sum(nil))[:10]
 }
 
-// jobNamespace is where a group's wait Job runs: the first namespace among its members, or the
-// fallback (wavegate's namespace) for groups of cluster-scoped objects only.
+// jobNamespace is where a group's wait Job runs: its members' namespace when they are all in one,
+// else the fallback (wavegate's namespace): a group of cluster-scoped objects, or one that spans
+// several namespaces of a shared sequence. No tenant can then create a pod next to the waiter
+// (or delete its Job) to decide for another tenant's members.
 func jobNamespace(members []Member, fallback string) string {
-	var ns []string
-	for _, m := range members {
-		if m.Namespace != "" {
-			ns = append(ns, m.Namespace)
+	ns := ""
+	for i, m := range members {
+		if i > 0 && m.Namespace != ns || m.Namespace == "" {
+			return fallback
 		}
+		ns = m.Namespace
 	}
-	if len(ns) == 0 {
+	if ns == "" {
 		return fallback
 	}
-	sort.Strings(ns)
-	return ns[0]
+	return ns
 }
 
 // JobName is the deterministic name of the wait Job of (sequence, group, revision).

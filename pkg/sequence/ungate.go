@@ -107,7 +107,7 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 			ms = append(ms, m)
 		}
 	}
-	succeeded, err := f.r.succeededWaiters(ctx, f.seq)
+	succeeded, err := f.r.succeededWaiters(ctx, f.seq, jobs)
 	if err != nil {
 		return nil, err
 	}

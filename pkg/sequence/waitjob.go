@@ -37,10 +37,15 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 // when the waiter finished (zero if the pod does not say): the waiter exited 0, so every member
 // was ready. It is the same evidence as the Job's Complete
 // condition, which the Job controller writes only after batching pod updates (about a second
-// later): releasing on it takes that second off every group boundary.
-func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[types.UID]time.Time, error) {
+// later): releasing on it takes that second off every group boundary. Only a pod in its Job's
+// namespace counts (owner references do not cross namespaces).
+func (r *Reconciler) succeededWaiters(ctx context.Context, seq string, jobs []batchv1.Job) (map[types.UID]time.Time, error) {
 	if r.WaitPods == nil {
 		return nil, nil
+	}
+	jobNS := make(map[types.UID]string, len(jobs))
+	for i := range jobs {
+		jobNS[jobs[i].UID] = jobs[i].Namespace
 	}
 	var pods corev1.PodList
 	if err := r.WaitPods.List(ctx, &pods, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
@@ -49,15 +54,17 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string) (map[type
 	out := map[types.UID]time.Time{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == "Job" && p.Status.Phase == corev1.PodSucceeded {
-			var finished time.Time
-			for _, cs := range p.Status.ContainerStatuses {
-				if t := cs.State.Terminated; t != nil && t.FinishedAt.After(finished) {
-					finished = t.FinishedAt.Time
-				}
-			}
-			out[c.UID] = finished
+		c := metav1.GetControllerOfNoCopy(p)
+		if c == nil || c.Kind != "Job" || p.Status.Phase != corev1.PodSucceeded || jobNS[c.UID] != p.Namespace {
+			continue
 		}
+		var finished time.Time
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(finished) {
+				finished = t.FinishedAt.Time
+			}
+		}
+		out[c.UID] = finished
 	}
 	return out, nil
 }
