@@ -172,6 +172,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
 	tracker.InScope = func(ns string) bool { return namespaces.optedIn(ns, cfg.Namespace) }
 	namespaces.onOptIn = tracker.Rescope
+	// A policy's new group label is tracked at once: its members exist for the plan.
+	store.OnChange = tracker.Relabel
 	// A new CRD is a new kind whose objects may be members: rediscover at once.
 	if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
 		return refreshOnCRDs(ctx, mgr, perms, tracker)

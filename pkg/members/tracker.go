@@ -117,6 +117,7 @@ type Tracker struct {
 	InScope func(namespace string) bool
 
 	rescope chan struct{}
+	relabel chan struct{}
 
 	refreshing sync.Mutex
 	mu         sync.RWMutex
@@ -156,6 +157,11 @@ func (t *Tracker) Start(ctx context.Context) error {
 			if err := t.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds")
 			}
+		case <-t.relabelC():
+			// The policies changed: a new group label gets its informers now, not at the next tick.
+			if err := t.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Tracking the policies' group labels")
+			}
 		case <-t.rescopeC():
 			// A namespace came into scope: its objects are cached as metadata only; re-list them.
 			t.mu.Lock()
@@ -178,6 +184,24 @@ func (t *Tracker) rescopeC() chan struct{} {
 		t.rescope = make(chan struct{}, 1)
 	}
 	return t.rescope
+}
+
+func (t *Tracker) relabelC() chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.relabel == nil {
+		t.relabel = make(chan struct{}, 1)
+	}
+	return t.relabel
+}
+
+// Relabel asks the tracker to track the current group labels (a policy changed). It does not
+// block.
+func (t *Tracker) Relabel() {
+	select {
+	case t.relabelC() <- struct{}{}:
+	default:
+	}
 }
 
 // Rescope asks the tracker to re-list every member: a namespace came into scope. It does not block.

@@ -22,6 +22,9 @@ type Store struct {
 	cache   cache.Cache
 	current atomic.Pointer[Index]
 	mu      sync.Mutex // serialises recompiles so that an older list never overwrites a newer one
+	// OnChange, if set before Start, is called after every recompile (it must not block): the
+	// member tracker starts tracking a policy's new group label at once.
+	OnChange func()
 }
 
 // NewStore returns a Store reading from c. Add it to the manager with mgr.Add.
@@ -82,6 +85,9 @@ func (s *Store) recompile(ctx context.Context) error {
 		return fmt.Errorf("listing WavePolicies: %w", err)
 	}
 	s.current.Store(Compile(list.Items))
+	if s.OnChange != nil {
+		s.OnChange()
+	}
 	return nil
 }
 
