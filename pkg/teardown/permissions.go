@@ -86,8 +86,10 @@ func (p *Permissions) allows(group, resource string, verbs ...string) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for _, verb := range verbs {
+		// A rule limited to named objects (wavegate's own webhook configurations) grants nothing
+		// on the objects of users.
 		if !slices.ContainsFunc(p.rules, func(r authorizationv1.ResourceRule) bool {
-			return matches(r.APIGroups, group) && matches(r.Resources, resource) && matches(r.Verbs, verb)
+			return len(r.ResourceNames) == 0 && matches(r.APIGroups, group) && matches(r.Resources, resource) && matches(r.Verbs, verb)
 		}) {
 			return false
 		}
