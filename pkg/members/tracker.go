@@ -157,12 +157,12 @@ func (t *Tracker) Start(ctx context.Context) error {
 			if err := t.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds")
 			}
-		case <-t.relabelC():
+		case <-t.signal(&t.relabel):
 			// The policies changed: a new group label gets its informers now, not at the next tick.
 			if err := t.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Tracking the policies' group labels")
 			}
-		case <-t.rescopeC():
+		case <-t.signal(&t.rescope):
 			// A namespace came into scope: its objects are cached as metadata only; re-list them.
 			t.mu.Lock()
 			for key, tr := range t.informers {
@@ -177,40 +177,31 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 }
 
-func (t *Tracker) rescopeC() chan struct{} {
+// signal returns one of the tracker's wake-up channels, made on first use (Rescope and Relabel
+// may be called before Start).
+func (t *Tracker) signal(c *chan struct{}) chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.rescope == nil {
-		t.rescope = make(chan struct{}, 1)
+	if *c == nil {
+		*c = make(chan struct{}, 1)
 	}
-	return t.rescope
+	return *c
 }
 
-func (t *Tracker) relabelC() chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.relabel == nil {
-		t.relabel = make(chan struct{}, 1)
+// poke wakes the tracker without blocking: one pending wake-up is enough.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
-	return t.relabel
 }
 
 // Relabel asks the tracker to track the current group labels (a policy changed). It does not
 // block.
-func (t *Tracker) Relabel() {
-	select {
-	case t.relabelC() <- struct{}{}:
-	default:
-	}
-}
+func (t *Tracker) Relabel() { poke(t.signal(&t.relabel)) }
 
 // Rescope asks the tracker to re-list every member: a namespace came into scope. It does not block.
-func (t *Tracker) Rescope() {
-	select {
-	case t.rescopeC() <- struct{}{}:
-	default:
-	}
-}
+func (t *Tracker) Rescope() { poke(t.signal(&t.rescope)) }
 
 // Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
 // policy group labels get informers, vanished ones are stopped. It waits for new informers to sync.

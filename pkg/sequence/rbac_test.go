@@ -240,27 +240,24 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}
+	granted := func(where string, rules []rbacv1.PolicyRule) {
+		for _, rule := range rules {
+			got[where] = append(got[where], rule.Resources...)
+		}
+	}
 	var roles rbacv1.RoleList
 	if err := c.List(context.Background(), &roles); err != nil {
 		t.Fatal(err)
 	}
 	for _, ro := range roles.Items {
-		for _, rule := range ro.Rules {
-			for _, res := range rule.Resources {
-				got[ro.Namespace] = append(got[ro.Namespace], res)
-			}
-		}
+		granted(ro.Namespace, ro.Rules)
 	}
 	var croles rbacv1.ClusterRoleList
 	if err := c.List(context.Background(), &croles); err != nil {
 		t.Fatal(err)
 	}
 	for _, ro := range croles.Items {
-		for _, rule := range ro.Rules {
-			for _, res := range rule.Resources {
-				got["(cluster)"] = append(got["(cluster)"], res)
-			}
-		}
+		granted("(cluster)", ro.Rules)
 	}
 	var sas corev1.ServiceAccountList
 	if err := c.List(context.Background(), &sas); err != nil {

@@ -13,12 +13,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/pkg/waiter"
 )
 
 func withSequence(l map[string]string, seq string) map[string]string {
@@ -206,4 +209,49 @@ func TestDependencyInversionIsNamedAtOnce(t *testing.T) {
 	g.Eventually(func(g Gomega) metav1.ConditionStatus {
 		return meta.FindStatusCondition(sequenceStatus(g, ns).Status.Conditions, sequence.ConditionDependencyInversion).Status
 	}).WithTimeout(5 * time.Second).Should(Equal(metav1.ConditionFalse))
+}
+
+// TestForgedWaitJobGetsNoAccessElsewhere: any tenant that may create Jobs can make one labeled and
+// shaped like a wait Job, naming members in another namespace and cluster-wide. The waiter-RBAC
+// controller grants its namespace's waiter only what the tenant's own sequence may hold: a Role
+// in its own namespace, none in the victim's, and no ClusterRole on a namespaced kind.
+func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	victim, tenant := namespace(t), namespace(t)
+	configMaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	args := waiter.Args{Sequence: tenant, Group: "x", Members: []waiter.Member{
+		{GVR: configMaps, Namespace: tenant, Name: "own"},
+		{GVR: configMaps, Namespace: victim, Name: "theirs"},
+		{GVR: configMaps, Name: "everyone's"},
+	}}
+	forged := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: tenant,
+			Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: tenant}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
+	}
+	g.Expect(env.Client.Create(ctx, forged)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, forged) })
+
+	// The Job is resumed once the pass that provisions its access is done with every namespace.
+	g.Eventually(func(g Gomega) *bool {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(forged), forged)).To(Succeed())
+		return forged.Spec.Suspend
+	}).WithTimeout(timeout).Should(HaveValue(BeFalse()))
+	own := &rbacv1.Role{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)).To(Succeed())
+	g.Expect(own.Rules).To(ContainElement(HaveField("Resources", ContainElement("configmaps"))))
+
+	var roles rbacv1.RoleList
+	g.Expect(env.Client.List(ctx, &roles, client.InNamespace(victim))).To(Succeed())
+	g.Expect(roles.Items).To(BeEmpty(), "a tenant's Job got a Role in another namespace")
+	var clusterRoles rbacv1.ClusterRoleList
+	g.Expect(env.Client.List(ctx, &clusterRoles, client.MatchingLabels{keys.WaiterRBACLabel: "true"})).To(Succeed())
+	for _, cr := range clusterRoles.Items {
+		for _, rule := range cr.Rules {
+			g.Expect(rule.Resources).NotTo(ContainElement("configmaps"), "a tenant's Job got cluster-wide access to ConfigMaps")
+		}
+	}
 }
