@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -232,26 +233,37 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
 	}
+	// Every Role written in the victim's namespace, and every waiter ClusterRole, from before the Job.
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	roles, err := cs.RbacV1().Roles(victim).Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer roles.Stop()
+	clusterRoles, err := cs.RbacV1().ClusterRoles().Watch(ctx, metav1.ListOptions{LabelSelector: keys.WaiterRBACLabel + "=true"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer clusterRoles.Stop()
+
 	g.Expect(env.Client.Create(ctx, forged)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, forged) })
-
-	// The Job is resumed once the pass that provisions its access is done with every namespace.
-	g.Eventually(func(g Gomega) *bool {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(forged), forged)).To(Succeed())
-		return forged.Spec.Suspend
-	}).WithTimeout(timeout).Should(HaveValue(BeFalse()))
+	// The pass that writes the tenant's own Role writes everything the Job gets, a moment apart;
+	// the watches see all of it (wavegate deletes the Job soon after: no group of the tenant's
+	// sequence has it).
 	own := &rbacv1.Role{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)).To(Succeed())
+	g.Eventually(func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)
+	}).WithTimeout(timeout).Should(Succeed())
 	g.Expect(own.Rules).To(ContainElement(HaveField("Resources", ContainElement("configmaps"))))
-
-	var roles rbacv1.RoleList
-	g.Expect(env.Client.List(ctx, &roles, client.InNamespace(victim))).To(Succeed())
-	g.Expect(roles.Items).To(BeEmpty(), "a tenant's Job got a Role in another namespace")
-	var clusterRoles rbacv1.ClusterRoleList
-	g.Expect(env.Client.List(ctx, &clusterRoles, client.MatchingLabels{keys.WaiterRBACLabel: "true"})).To(Succeed())
-	for _, cr := range clusterRoles.Items {
-		for _, rule := range cr.Rules {
-			g.Expect(rule.Resources).NotTo(ContainElement("configmaps"), "a tenant's Job got cluster-wide access to ConfigMaps")
+	for deadline := time.After(2 * time.Second); ; {
+		select {
+		case ev := <-roles.ResultChan():
+			t.Fatalf("a tenant's Job got a Role in another namespace: %s %v", ev.Type, ev.Object)
+		case ev := <-clusterRoles.ResultChan():
+			if cr, ok := ev.Object.(*rbacv1.ClusterRole); ok {
+				for _, rule := range cr.Rules {
+					g.Expect(rule.Resources).NotTo(ContainElement("configmaps"), "a tenant's Job got cluster-wide access to ConfigMaps")
+				}
+			}
+		case <-deadline:
+			return
 		}
 	}
 }
