@@ -88,7 +88,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace)
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
-	if err := r.releaseOutside(ctx, seq, outside, sc); err != nil {
+	pods, err := r.sequencePods(ctx, seq)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.releaseOutside(ctx, pods, outside, sc); err != nil {
 		return ctrl.Result{}, err
 	}
 	ms := make([]Member, 0, len(objs))
@@ -141,7 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// removed while the other steps run, so that the status that clears the released templates
 	// (admission then lets their new pods start without the gate) is not written after a hundred
 	// patches.
-	gated, err := r.ungate(ctx, seq, gate, fresh)
+	gated, err := r.ungate(ctx, pods, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
 	}

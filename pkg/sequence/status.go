@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
-	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/metrics"
 	"wavegate.io/wavegate/pkg/teardown"
 )
@@ -54,7 +53,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
 		if g.Open {
-			gs.ClearedTemplates = r.clearedTemplates(ctx, seq, g.Name, append(cleared[g.Name], u.released[g.Name]...))
+			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name])
 		}
 		groups = append(groups, gs)
 		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
@@ -183,26 +182,14 @@ func inversionCondition(inversions []Inversion) metav1.Condition {
 }
 
 // clearedTemplates returns the templates of an open group whose new pods start without a gate:
-// those already cleared, plus the templates of its pods that are running without the gate.
-func (r *Reconciler) clearedTemplates(ctx context.Context, seq, group string, before []string) []string {
-	set := map[string]bool{}
-	for _, t := range before {
-		set[t] = true
+// those already cleared, those released now, and the templates of its pods that run without the gate.
+func clearedTemplates(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}, client.MatchingLabels{keys.GroupLabel: group}); err == nil {
-		for i := range pods.Items {
-			if t := TemplateToken(&pods.Items[i]); t != "" && !hasGate(&pods.Items[i]) {
-				set[t] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(set))
-	for t := range set {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // terminatingOrder is the order a group had in the last status.

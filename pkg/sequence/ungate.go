@@ -47,6 +47,8 @@ func TemplateToken(o metav1.Object) string {
 type ungated struct {
 	gated    map[string]int32
 	released map[string][]string
+	// running are, per group, the templates of the cached pods that have no gate.
+	running map[string][]string
 	// pods are cached pods to release; late are pods the consistent read found that the cache had
 	// not seen (read before their patch: the gate's index is in the spec).
 	pods []*corev1.Pod
@@ -73,6 +75,8 @@ type freshView struct {
 	// of one namespace, and only with an APIReader): they existed when the read found their group
 	// open, so they are released with the pods the cache had, not a reconcile (and a read) later.
 	pods []metav1.PartialObjectMetadata
+	// members reads the sequence's members (Tracker.FreshMembers when nil; tests replace it).
+	members func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error)
 }
 
 func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
@@ -82,16 +86,21 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	if !f.idx.Shared(f.seq) {
 		ns, _, _ = strings.Cut(f.seq, ".")
 	}
-	var objs []members.MetaObject
-	var eg errgroup.Group
-	eg.Go(func() (err error) {
-		objs, err = f.r.Tracker.FreshMembers(ctx, f.seq, ns)
-		return err
-	})
+	// The pods are read first, the members once that LIST has returned: each member LIST is then
+	// served at a revision that includes every pod found, so no pod is released on a view of its
+	// earlier groups older than the pod itself (an upgrade of an earlier group, then a pod of the
+	// next one, both between a member LIST and a pod LIST read side by side, would be).
 	if f.withPods && ns != "" && f.r.APIReader != nil {
-		eg.Go(func() error { return f.listPods(ctx, ns) })
+		if err := f.listPods(ctx, ns); err != nil {
+			return nil, err
+		}
 	}
-	if err := eg.Wait(); err != nil {
+	read := f.members
+	if read == nil {
+		read = f.r.Tracker.FreshMembers
+	}
+	objs, err := read(ctx, f.seq, ns)
+	if err != nil {
 		return nil, err
 	}
 	jobs, err := f.r.waitJobs(ctx, f.seq)
@@ -132,19 +141,17 @@ func (f *freshView) listPods(ctx context.Context, ns string) error {
 // ungate decides which gated pods of the sequence to release, through the opener: a lagging cache
 // (an earlier group's objects created a moment before the pods) never releases a pod early. On an
 // error it returns what it decided so far.
-func (r *Reconciler) ungate(ctx context.Context, seq string, gate *opener, fresh *freshView) (*ungated, error) {
-	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
-		return out, fmt.Errorf("listing pods: %w", err)
-	}
-	seen := make(map[types.UID]bool, len(pods.Items))
+func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
+	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{}}
+	seen := make(map[types.UID]bool, len(pods))
 	var candidates []*corev1.Pod
 	now := r.now()
 	r.recent.expire(now)
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		seen[p.UID] = true
+		if t := TemplateToken(p); t != "" && !hasGate(p) && !slices.Contains(out.running[p.Labels[keys.GroupLabel]], t) {
+			out.running[p.Labels[keys.GroupLabel]] = append(out.running[p.Labels[keys.GroupLabel]], t)
+		}
 		if !hasGate(p) || p.DeletionTimestamp != nil {
 			r.recent.forget(p.UID)
 			continue
@@ -223,7 +230,7 @@ const ungateParallelism = 64
 
 // releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
 // the teardown finalizers of members and the scheduling gates of pods.
-func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []members.Object, sc *scope) error {
+func (r *Reconciler) releaseOutside(ctx context.Context, pods []*corev1.Pod, outside []members.Object, sc *scope) error {
 	for _, o := range outside {
 		if teardown.HasFinalizer(o) {
 			if err := r.holder().Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
@@ -231,18 +238,29 @@ func (r *Reconciler) releaseOutside(ctx context.Context, seq string, outside []m
 			}
 		}
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.MatchingFields{PodSequenceIndex: seq}); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; hasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
+	for _, p := range pods {
+		if hasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
 			if err := r.removeGate(ctx, p); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// sequencePods lists a sequence's cached pods once per reconcile, without copying them: they are
+// only read (a reconcile per pod event, each copying a hundred pods several times, was a third of
+// the manager's CPU while a ReplicaSet created a hundred gated pods).
+func (r *Reconciler) sequencePods(ctx context.Context, seq string) ([]*corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{PodSequenceIndex: seq}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+	}
+	return pods, nil
 }
 
 func hasGate(p *corev1.Pod) bool {
@@ -290,7 +308,11 @@ func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
 		} else {
 			ops = append(ops, patch.Add(patch.Pointer("/metadata/annotations", keys.ReleasedAtAnnotation), at))
 		}
-		_, err := r.patchJSON(ctx, p, ops...)
+		// The pod is the cache's own (sequencePods does not copy): the response goes elsewhere, and
+		// only its metadata is asked for.
+		target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
+		target.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+		_, err := r.patchJSON(ctx, target, ops...)
 		return err
 	}
 	return nil

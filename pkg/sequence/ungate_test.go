@@ -2,7 +2,9 @@ package sequence
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
 )
 
 // gatedPod is a gated pod of the "shop" sequence; with a template, a ReplicaSet's pod.
@@ -77,7 +80,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 		}
 		return map[string]bool{"web": true}, nil
 	})
-	u, err := r.ungate(ctx, "shop", gate, fresh)
+	u, err := r.ungate(ctx, cachedPods(t, r), gate, fresh)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +106,41 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	wantReleased := map[string][]string{"web": {"rs-a/a", "rs-b/b"}}
 	if d := cmp.Diff(wantReleased, u.released); d != "" {
 		t.Errorf("released templates (-want +got):\n%s", d)
+	}
+}
+
+// TestConsistentReadListsPodsFirst: a consistent read lists the sequence's pods, and only once that
+// LIST has returned reads the members. Every member LIST is then served at a revision that includes
+// each pod found, so no pod is released on a view of its earlier groups that is older than the pod
+// (an earlier group upgraded, then a pod of the next one created, both between a member LIST and a
+// pod LIST made side by side). The pod LIST here holds on until the members are read or 100 ms
+// have passed: a members read beside it is caught every time.
+func TestConsistentReadListsPodsFirst(t *testing.T) {
+	api := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(gatedPod("web-1", "web", "a")).Build()
+	membersRead := make(chan struct{})
+	var podsListed atomic.Bool
+	reader := interceptor.NewClient(api, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		select {
+		case <-membersRead:
+		case <-time.After(100 * time.Millisecond):
+		}
+		defer podsListed.Store(true)
+		return c.List(ctx, list, opts...)
+	}})
+	f := &freshView{r: &Reconciler{Client: api, APIReader: reader}, seq: "shop", idx: policy.Compile(nil),
+		scope: newScope(api, "wavegate-system"), withPods: true,
+		members: func(context.Context, string, string) ([]members.MetaObject, error) {
+			if !podsListed.Load() {
+				t.Error("the members were read before the pod LIST returned")
+			}
+			close(membersRead)
+			return nil, nil
+		}}
+	if _, err := f.plan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.pods) != 1 {
+		t.Errorf("the read found %d pods, want 1", len(f.pods))
 	}
 }
 
@@ -158,6 +196,16 @@ func TestOpener(t *testing.T) {
 }
 
 // listFrom lists from a lagging cache and does everything else on the API server.
+// cachedPods are the pods of the "shop" sequence that a reconcile lists from its cache.
+func cachedPods(t *testing.T, r *Reconciler) []*corev1.Pod {
+	t.Helper()
+	pods, err := r.sequencePods(context.Background(), "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods
+}
+
 type listFrom struct {
 	client.Client
 	lister client.Reader
@@ -189,7 +237,7 @@ func TestReleasedPodsAreNotPatchedTwice(t *testing.T) {
 			reads++
 			return map[string]bool{"web": true}, nil
 		})
-		u, err := r.ungate(ctx, "shop", gate, &freshView{r: r, seq: "shop"})
+		u, err := r.ungate(ctx, cachedPods(t, r), gate, &freshView{r: r, seq: "shop"})
 		if err != nil {
 			t.Fatal(err)
 		}
