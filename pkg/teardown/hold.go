@@ -4,6 +4,7 @@ package teardown
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -84,9 +85,11 @@ type resolvedObject struct {
 // Reconcile holds the deleted members of a sequence (objs: its members in opted-in namespaces)
 // until every member of every later group is gone from the API server, then removes wavegate's
 // finalizer. It also releases the finalizer wherever ordering no longer applies: the policy turned
-// teardown off, or the labels no longer name a valid group.
+// teardown off, or the labels no longer name a valid group. An object it fails to release or to
+// decide on does not stop the others: the errors are returned together, and the caller retries.
 func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc Namespaces) (*Result, error) {
 	out := &Result{Terminating: map[string]int32{}, Held: map[string]int32{}, Resources: map[string][]string{}}
+	var errs []error
 	resources := map[string]map[string]bool{}
 	defer func() {
 		for g, set := range resources {
@@ -98,7 +101,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 	for _, o := range r.Tracker.NonMembers(seq) {
 		if HasFinalizer(o) {
 			if err := r.Release(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
-				return out, err
+				errs = append(errs, err)
 			}
 		}
 	}
@@ -108,12 +111,12 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if !o.Kind.Namespaced {
 			ns = ""
 		}
-		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: o.GetLabels()}, idx)
-		if res == nil || len(errs) > 0 {
+		res, invalid := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: o.GetLabels()}, idx)
+		if res == nil || len(invalid) > 0 {
 			if HasFinalizer(o) {
 				// Labels that no longer resolve cannot be ordered: never strand the object.
 				if err := r.Release(ctx, o, "its labels no longer name a valid group"); err != nil {
-					return out, err
+					errs = append(errs, err)
 				}
 			}
 			continue
@@ -133,7 +136,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		}
 		if reason, release := r.orderingOff(ctx, o); release {
 			if err := r.Release(ctx, o.Object, reason); err != nil {
-				return out, err
+				errs = append(errs, err)
 			}
 			continue
 		}
@@ -142,7 +145,9 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		}
 		held, why, requeue, err := r.hold(ctx, seq, o, all, idx, sc)
 		if err != nil {
-			return out, err
+			// Undecided: it stays held until a retry can tell.
+			errs = append(errs, err)
+			held = true
 		}
 		if held {
 			out.Held[o.res.Group]++
@@ -155,11 +160,12 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			continue
 		}
 		if err := r.removeFinalizer(ctx, o.Object); err != nil {
-			return out, err
+			errs = append(errs, err)
+			continue
 		}
 		r.event(o.Unstructured, corev1.EventTypeNormal, ReasonTeardownReleased, "every later group of sequence %s is gone: deletion continues", seq)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // orderingOff reports whether an object's finalizer must be released although it is not deleted
