@@ -20,7 +20,7 @@ import (
 
 type allOptedIn struct{}
 
-func (allOptedIn) OptedIn(context.Context, string) bool            { return true }
+func (allOptedIn) OptedIn(context.Context, string) bool             { return true }
 func (allOptedIn) Labels(context.Context, string) map[string]string { return nil }
 
 // TestOneFailedReleaseDoesNotStopTheOthers: an object whose finalizer cannot be removed (the API
