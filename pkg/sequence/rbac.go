@@ -30,8 +30,12 @@ import (
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// The waiters' access has one name everywhere (WaiterServiceAccount): what the manager changes or
+// deletes is limited to it (creating cannot be limited by name).
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,resourceNames=wavegate-waiter,verbs=patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,resourceNames=wavegate-waiter,verbs=patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
@@ -334,6 +338,9 @@ func (r *RBACReconciler) prune(ctx context.Context, want access) error {
 		}
 	}
 	for _, o := range stale {
+		if o.GetName() != WaiterServiceAccount {
+			continue // the label on something wavegate did not create: not its to delete
+		}
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting unneeded waiter access %s: %w", klog.KObj(o), err)
 		}

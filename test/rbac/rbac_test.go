@@ -196,6 +196,28 @@ func TestSecretsOnlyForSelfManagedCertificates(t *testing.T) {
 	}
 }
 
+// TestAccessObjectsDeletedOnlyByName: the manager deletes, or changes other than by a patch (which
+// its teardown finalizer needs on any member), only the waiters' ServiceAccounts, Roles and bindings,
+// all named wavegate-waiter; it can delete no other account or role of any tenant.
+func TestAccessObjectsDeletedOnlyByName(t *testing.T) {
+	guarded := []string{"serviceaccounts", "roles", "rolebindings", "clusterroles", "clusterrolebindings"}
+	for _, install := range installs {
+		roles, _ := render(t, install)
+		for _, r := range roles {
+			for _, rule := range r.rules {
+				if !slices.ContainsFunc(rule.Resources, func(res string) bool { return slices.Contains(guarded, res) }) {
+					continue
+				}
+				for _, v := range rule.Verbs {
+					if (v == "delete" || v == "update" || v == "deletecollection") && !slices.Equal(rule.ResourceNames, []string{"wavegate-waiter"}) {
+						t.Errorf("config/%s: %s %s may %s %v not named wavegate-waiter", install, r.kind, r.name, v, rule.Resources)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestAggregation: the manager's binding names the aggregated ClusterRole, and users extend it with
 // the documented label.
 func TestAggregation(t *testing.T) {

@@ -97,7 +97,11 @@ YAML
 		done
 		echo "$mode" >"$dev/cert-mode"
 	fi
-	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/kubeconfig" --leader-elect=false \
+	# The manager runs as its ServiceAccount (the kubeconfig impersonates it), with the roles that
+	# config/rbac installs: a permission they lack fails here as on a real cluster.
+	"$kubectl" config view --raw --minify |
+		sed '/^  user:$/a\    as: system:serviceaccount:wavegate-system:wavegate-manager' >"$dev/manager.kubeconfig"
+	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/manager.kubeconfig" --leader-elect=false \
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
 		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system --pprof-bind-address 127.0.0.1:18082 \
 		--waiter-image wavegate:dev --zap-log-level info
