@@ -16,6 +16,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -79,6 +81,29 @@ func (s *SelfManaged) now() time.Time {
 		return s.Now()
 	}
 	return time.Now()
+}
+
+// Issue reconciles until the first certificate is issued, or until timeout: the webhook server
+// cannot start without it. It retries with backoff, logging each failure, because right after an
+// install the manager's roles may not be in force yet (the authorizer lags its bindings by a
+// moment) and its webhook configurations may not exist yet; a permanent error is returned once the
+// time is up.
+func (s *SelfManaged) Issue(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		last = s.Reconcile(ctx)
+		if last != nil {
+			ctrl.LoggerFrom(ctx).Info("Issuing the webhook certificate failed; retrying", "error", last.Error())
+		}
+		return last == nil, nil
+	})
+	if err != nil && last != nil {
+		return last
+	}
+	return err
 }
 
 // Start keeps the certificate valid and injected until ctx ends: it reconciles every Check, and at

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -149,7 +150,7 @@ func selfManagedCerts(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o
 		MutatingWebhooks:   []string{o.wavegate.WebhookConfigurationName},
 		ValidatingWebhooks: []string{manager.ValidatingName(o.wavegate.WebhookConfigurationName)},
 	}
-	if err := sm.Reconcile(ctx); err != nil {
+	if err := sm.Issue(ctx, 2*time.Minute); err != nil {
 		return fmt.Errorf("issuing the webhook certificate: %w", err)
 	}
 	return mgr.Add(sm)

@@ -156,3 +156,41 @@ func TestReinjectsARecreatedConfiguration(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(bundle).WithTimeout(10*time.Second).Should(Equal(injected), "the recreated configuration did not get the CA")
 }
+
+// TestIssueWaitsForItsConfiguration: the first certificate is issued even when the manager starts
+// before what it needs is in force (here its webhook configuration, created a moment later; on a
+// fresh install also its roles): Issue retries instead of failing the manager's start.
+func TestIssueWaitsForItsConfiguration(t *testing.T) {
+	g := NewWithT(t)
+	env, err := framework.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = env.Stop() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"late-test"}}
+	issued := make(chan error, 1)
+	go func() { issued <- sm.Issue(ctx, 30*time.Second) }()
+	g.Consistently(issued).WithTimeout(time.Second).ShouldNot(Receive(), "issued without its webhook configuration")
+	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "late-test"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "late.wavegate.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/validate")},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"DELETE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"late": "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(issued).WithTimeout(15 * time.Second).Should(Receive(BeNil()))
+
+	// A cause that does not go away is returned, not hidden behind a timeout.
+	missing := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"never-created"}}
+	err = missing.Issue(ctx, 2*time.Second)
+	g.Expect(err).To(MatchError(ContainSubstring("never-created")))
+}
