@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -245,41 +246,56 @@ func subjects(namespaces map[string]bool) []rbacv1.Subject {
 }
 
 // apply writes the access want describes and returns, by namespace ("" = cluster-wide), what it
-// could not write.
+// could not write. A group's waiter cannot start before its access exists, and on a busy API server
+// each round trip is tens of milliseconds of a boundary: the ServiceAccounts and roles are written
+// side by side, then the bindings (the API server checks a binding's role, which must exist).
 func (r *RBACReconciler) apply(ctx context.Context, want access) map[string]error {
-	failed := map[string]error{}
+	var (
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+		failed = map[string]error{}
+	)
+	write := func(ns string, obj client.Object, mutate func()) {
+		wg.Go(func() {
+			if err := r.upsert(ctx, obj, mutate); err != nil {
+				mu.Lock()
+				failed[ns] = errors.Join(failed[ns], err)
+				mu.Unlock()
+			}
+		})
+	}
 	for ns := range want.accounts {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		if err := r.upsert(ctx, sa, func() { sa.Labels = managedLabels() }); err != nil {
-			failed[ns] = err
-		}
+		write(ns, sa, func() { sa.Labels = managedLabels() })
 	}
 	for ns, res := range want.rules {
-		rules, subs := policyRules(res), subjects(want.subjects[ns])
-		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
+		rules := policyRules(res)
 		if ns == "" {
 			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			if err := r.upsert(ctx, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules }); err != nil {
-				failed[ns] = errors.Join(failed[ns], err)
-				continue
-			}
-			roleRef.Kind = "ClusterRole"
-			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			if err := r.upsert(ctx, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs }); err != nil {
-				failed[ns] = errors.Join(failed[ns], err)
-			}
+			write(ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
 			continue
 		}
 		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		if err := r.upsert(ctx, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules }); err != nil {
-			failed[ns] = errors.Join(failed[ns], err)
+		write(ns, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
+	}
+	wg.Wait()
+	roleFailed := maps.Clone(failed)
+	for ns := range want.rules {
+		if roleFailed[ns] != nil {
+			continue
+		}
+		subs := subjects(want.subjects[ns])
+		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
+		if ns == "" {
+			roleRef.Kind = "ClusterRole"
+			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
+			write(ns, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs })
 			continue
 		}
 		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		if err := r.upsert(ctx, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs }); err != nil {
-			failed[ns] = errors.Join(failed[ns], err)
-		}
+		write(ns, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
 	}
+	wg.Wait()
 	return failed
 }
 

@@ -3,7 +3,9 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,8 +41,13 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
 	}
-	var calls []string
+	var (
+		mu    sync.Mutex
+		calls []string
+	)
 	record := func(verb string, obj client.Object) {
+		mu.Lock()
+		defer mu.Unlock()
 		calls = append(calls, fmt.Sprintf("%s %T %s", verb, obj, obj.GetName()))
 	}
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(job).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
@@ -58,10 +65,18 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"create *v1.ServiceAccount " + WaiterServiceAccount,
 		"create *v1.Role " + WaiterServiceAccount,
 		"create *v1.RoleBinding " + WaiterServiceAccount,
+		"create *v1.ServiceAccount " + WaiterServiceAccount,
 		"patch *v1.Job " + job.Name,
+	}
+	// The access is written side by side, the binding after its Role (the API server checks the
+	// role a binding grants), and the Job is resumed after all of it.
+	if slices.Index(calls, want[1]) < slices.Index(calls, want[0]) {
+		t.Errorf("the RoleBinding was created before its Role: %q", calls)
+	}
+	if len(calls) == len(want) {
+		slices.Sort(calls[:len(calls)-1])
 	}
 	if d := cmp.Diff(want, calls); d != "" {
 		t.Errorf("calls (-want +got):\n%s", d)
