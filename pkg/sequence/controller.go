@@ -69,6 +69,7 @@ type Reconciler struct {
 
 	recent       recentReleases
 	statusWrites statusWrites
+	emitted      emittedEvents
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -135,6 +136,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil {
 		metrics.Forget(seq)
 		r.statusWrites.forget(seq)
+		r.emitted.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
@@ -166,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
-	r.emitEvents(plan, prev, objs)
+	r.emitEvents(seq, plan, prev, objs)
 	requeue := td.Requeue
 	if again, err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
 		errs = append(errs, err)

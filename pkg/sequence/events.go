@@ -4,6 +4,8 @@ package sequence
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +20,10 @@ import (
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
-func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
+// emitEvents records an Event on up to ten members of each group whose phase or message changed
+// since the last Event about it: the message this manager last emitted for the group, or, after a
+// restart, the phase and message in the Sequence's status.
+func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
 	if r.Recorder == nil {
 		return
 	}
@@ -35,7 +40,11 @@ func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []mem
 	var blocker *Group
 	for _, g := range plan {
 		msg := eventMessage(g, blocker)
-		if old, ok := before[g.Name]; !ok || old.Message != g.Message || old.Phase != g.Phase || old.Ready != readyCount(blocker) {
+		sig := string(g.Phase) + "\x00" + msg
+		last, known := r.emitted.last(seq, g.Name)
+		old, inStatus := before[g.Name]
+		if known && last != sig || !known && (!inStatus || old.Message != g.Message || old.Phase != g.Phase) {
+			r.emitted.set(seq, g.Name, sig)
 			typ, reason := corev1.EventTypeNormal, ReasonWaitingForGroup
 			switch g.Phase {
 			case wavev1.GroupReleased:
@@ -45,7 +54,8 @@ func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []mem
 			case wavev1.GroupFailed:
 				typ, reason = corev1.EventTypeWarning, ReasonGroupFailed
 			}
-			if typ == corev1.EventTypeWarning && (!ok || old.Phase != g.Phase) {
+			lastPhase, _, _ := strings.Cut(last, "\x00")
+			if phaseChanged := known && lastPhase != string(g.Phase) || !known && (!inStatus || old.Phase != g.Phase); typ == corev1.EventTypeWarning && phaseChanged {
 				metrics.WaitJobFailures.WithLabelValues(string(g.Phase)).Inc()
 			}
 			// The blocking group's wait Job is the related object: events about different blockers are
@@ -69,13 +79,6 @@ func (r *Reconciler) emitEvents(plan []*Group, prev *wavev1.Sequence, objs []mem
 	}
 }
 
-func readyCount(g *Group) int32 {
-	if g == nil {
-		return 0
-	}
-	return countReady(g)
-}
-
 func countReady(g *Group) int32 {
 	var n int32
 	for _, m := range g.Members {
@@ -91,4 +94,38 @@ func eventMessage(g, blocker *Group) string {
 		return fmt.Sprintf("group %s waits for group %s: %d/%d members ready", g.Name, blocker.Name, countReady(blocker), len(blocker.Members))
 	}
 	return fmt.Sprintf("group %s: %s (%d/%d members ready)", g.Name, g.Message, countReady(g), len(g.Members))
+}
+
+// emittedEvents remembers, per sequence and group, the phase and message of the last Event: the
+// Sequence in the cache can be older than the status the previous reconcile wrote, and comparing
+// with it sent the same Event on every reconcile of a busy sequence (32 GroupReleased Events in
+// one run of a hundred pods). Like the status-write clock it is only an optimization.
+type emittedEvents struct {
+	mu   sync.Mutex
+	sigs map[string]map[string]string
+}
+
+func (e *emittedEvents) last(seq, group string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.sigs[seq][group]
+	return s, ok
+}
+
+func (e *emittedEvents) set(seq, group, sig string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.sigs == nil {
+		e.sigs = map[string]map[string]string{}
+	}
+	if e.sigs[seq] == nil {
+		e.sigs[seq] = map[string]string{}
+	}
+	e.sigs[seq][group] = sig
+}
+
+func (e *emittedEvents) forget(seq string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.sigs, seq)
 }

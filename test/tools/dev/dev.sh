@@ -104,7 +104,7 @@ YAML
 	start manager "$root/bin/wavegate" manager --kubeconfig "$dev/manager.kubeconfig" --leader-elect=false \
 		--metrics-bind-address 0 --health-probe-bind-address "$health" --webhook-host 127.0.0.1 --webhook-port 19443 \
 		--webhook-cert-dir "$dev/certs" "${certs[@]}" --namespace wavegate-system --pprof-bind-address 127.0.0.1:18082 \
-		--waiter-image wavegate:dev --zap-log-level info
+		--waiter-image wavegate:dev --zap-log-level info --zap-time-encoding rfc3339nano
 	start podrunner "$root/bin/podrunner" --kubeconfig "$dev/kubeconfig" --wavegate "$root/bin/wavegate" --kubectl "$kubectl" \
 		--logs "$dev/pods"
 	for _ in $(seq 300); do

@@ -1,0 +1,84 @@
+package sequence
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/readiness"
+)
+
+// recorded collects the reasons and notes of Events.
+type recorded struct{ got []string }
+
+func (r *recorded) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, note string, args ...any) {
+	r.got = append(r.got, reason+": "+fmt.Sprintf(note, args...))
+}
+
+var _ events.EventRecorder = &recorded{}
+
+// TestEventsOncePerChange: a group's Event is sent once per change of its phase or message, even
+// while the cached Sequence still shows an older status (a busy sequence reconciles many times
+// before the cache sees its own status write: the same GroupReleased was sent on every reconcile).
+func TestEventsOncePerChange(t *testing.T) {
+	member := func(group string, ready bool) Member {
+		st := readiness.InProgress
+		if ready {
+			st = readiness.Ready
+		}
+		return Member{Name: group, Ready: &readiness.Result{Status: st}}
+	}
+	obj := func(group string) members.Object {
+		u := &unstructured.Unstructured{}
+		u.SetName(group)
+		u.SetNamespace("shop")
+		u.SetLabels(map[string]string{keys.GroupLabel: group})
+		return members.Object{Unstructured: u}
+	}
+	objs := []members.Object{obj("db"), obj("web")}
+	plan := func(dbReady bool) []*Group {
+		db := &Group{Name: "db", Members: []Member{member("db", dbReady)}, Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
+		if dbReady {
+			db.Released, db.Phase, db.Message = true, wavev1.GroupReleased, "ready"
+		}
+		web := &Group{Name: "web", Members: []Member{member("web", false)}, Open: dbReady, Phase: wavev1.GroupWaiting, Message: "waiting"}
+		return []*Group{db, web}
+	}
+	rec := &recorded{}
+	r := &Reconciler{Recorder: rec}
+	stale := &wavev1.Sequence{} // the cache has not seen any status yet
+	for range 3 {
+		r.emitEvents("shop", plan(false), stale, objs)
+	}
+	for range 3 {
+		r.emitEvents("shop", plan(true), stale, objs)
+	}
+	want := []string{
+		"WaitingForGroup: group db: waiting for its members to be ready (0/1 members ready)",
+		"WaitingForGroup: group web waits for group db: 0/1 members ready",
+		"GroupReleased: group db: ready (1/1 members ready)",
+		"WaitingForGroup: group web: waiting (0/1 members ready)",
+	}
+	if d := cmp.Diff(want, rec.got); d != "" {
+		t.Errorf("Events (-want +got):\n%s", d)
+	}
+
+	// A restarted manager does not repeat what the status already says.
+	rec.got = nil
+	r = &Reconciler{Recorder: rec}
+	status := &wavev1.Sequence{Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{
+		{Name: "db", Phase: wavev1.GroupReleased, Message: "ready", Ready: 1},
+		{Name: "web", Phase: wavev1.GroupWaiting, Message: "waiting", Ready: 0},
+	}}}
+	r.emitEvents("shop", plan(true), status, objs)
+	if len(rec.got) != 0 {
+		t.Errorf("a restarted manager sent %q", rec.got)
+	}
+}
