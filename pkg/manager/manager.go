@@ -154,7 +154,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(cleared); err != nil {
 		return nil, fmt.Errorf("adding the cleared-templates store: %w", err)
 	}
-	perms := &teardown.Permissions{Client: kubernetes.NewForConfigOrDie(mgr.GetConfig()), Namespace: cfg.Namespace}
+	perms := &teardown.Permissions{Client: kubernetes.NewForConfigOrDie(mgr.GetConfig())}
 	if err := mgr.Add(perms); err != nil {
 		return nil, fmt.Errorf("adding the permission review: %w", err)
 	}

@@ -25,8 +25,6 @@ import (
 // SelfSubjectRulesReview in the background, never per admission request.
 type Permissions struct {
 	Client kubernetes.Interface
-	// Namespace the review is asked in: cluster-wide grants apply there too.
-	Namespace string
 	// Every is how often the review is refreshed (aggregated ClusterRoles change).
 	Every time.Duration
 
@@ -56,10 +54,16 @@ func (p *Permissions) Start(ctx context.Context) error {
 	}
 }
 
+// reviewNamespace is where the rules are reviewed: a name no namespace can have (namespace names
+// have no dots), so that no RoleBinding applies there and the review returns only what the manager
+// may do in every namespace. Admission adds finalizers in every namespace; a Role in one (wavegate's
+// own, where the review was asked before) must not count for all.
+const reviewNamespace = "cluster-wide.wavegate.io"
+
 // Refresh asks the API server once.
 func (p *Permissions) Refresh(ctx context.Context) error {
 	review, err := p.Client.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
-		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: p.Namespace}}, metav1.CreateOptions{})
+		Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: reviewNamespace}}, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("creating a SelfSubjectRulesReview: %w", err)
 	}

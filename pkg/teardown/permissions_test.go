@@ -23,7 +23,7 @@ func TestPermissionsIgnoreNamedGrants(t *testing.T) {
 				{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			}}}, nil
 	})
-	p := &Permissions{Client: c, Namespace: "wavegate-system"}
+	p := &Permissions{Client: c}
 	if err := p.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
