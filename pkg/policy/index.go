@@ -233,6 +233,17 @@ func (i *Index) Shared(sequence string) bool {
 	return i != nil && i.root != nil && len(i.root.sequences[sequence]) > 0
 }
 
+// MemberNamespace returns the only namespace the members of a sequence can be in (the part of its
+// name before the first dot), or "" for a shared sequence, whose members can be anywhere: a
+// consistent read of its members stays in that namespace.
+func (i *Index) MemberNamespace(sequence string) string {
+	if i.Shared(sequence) {
+		return ""
+	}
+	ns, _, _ := strings.Cut(sequence, ".")
+	return ns
+}
+
 // AppliesTo reports whether the named policy applies to a namespace with these labels.
 func (i *Index) AppliesTo(policyName string, nsLabels map[string]string) bool {
 	if i == nil || i.root == nil {

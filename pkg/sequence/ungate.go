@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -82,10 +81,7 @@ type freshView struct {
 func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	// A sequence that no policy shares has members only in its own namespace: the read stays there
 	// (one LIST per namespaced kind in one namespace, instead of every labeled object everywhere).
-	ns := ""
-	if !f.idx.Shared(f.seq) {
-		ns, _, _ = strings.Cut(f.seq, ".")
-	}
+	ns := f.idx.MemberNamespace(f.seq)
 	// The pods are read first, the members once that LIST has returned: each member LIST is then
 	// served at a revision that includes every pod found, so no pod is released on a view of its
 	// earlier groups older than the pod itself (an upgrade of an earlier group, then a pod of the

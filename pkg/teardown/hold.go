@@ -130,6 +130,21 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			out.Terminating[res.Group]++
 		}
 	}
+	// The consistent read that confirms a release is made once per pass and shared by the objects it
+	// releases: it is made after the cache's view that every one of them was checked against.
+	var fresh []members.MetaObject
+	read := false
+	freshMembers := func() ([]members.MetaObject, error) {
+		if read {
+			return fresh, nil
+		}
+		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq))
+		if err != nil {
+			return nil, err
+		}
+		fresh, read = f, true
+		return fresh, nil
+	}
 	for _, o := range all {
 		if !HasFinalizer(o) {
 			continue
@@ -143,7 +158,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if o.GetDeletionTimestamp() == nil {
 			continue
 		}
-		held, why, requeue, err := r.hold(ctx, seq, o, all, idx, sc)
+		held, why, requeue, err := r.hold(ctx, o, all, idx, sc, freshMembers)
 		if err != nil {
 			// Undecided: it stays held until a retry can tell.
 			errs = append(errs, err)
@@ -184,7 +199,8 @@ func (r *Holder) orderingOff(ctx context.Context, o resolvedObject) (string, boo
 }
 
 // hold decides whether a deleted member must wait, deleting its declared cleanup objects on the way.
-func (r *Holder) hold(ctx context.Context, seq string, o resolvedObject, all []resolvedObject, idx *policy.Index, sc Namespaces) (bool, string, time.Duration, error) {
+func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObject, idx *policy.Index, sc Namespaces,
+	freshMembers func() ([]members.MetaObject, error)) (bool, string, time.Duration, error) {
 	var remaining []string
 	groups := map[string]int{}
 	for _, l := range all {
@@ -200,7 +216,7 @@ func (r *Holder) hold(ctx context.Context, seq string, o resolvedObject, all []r
 	if len(remaining) == 0 && cleanupLeft == 0 {
 		// Before letting go, confirm on a consistent read that no later object exists that the
 		// cache has not seen (created a moment ago, say).
-		fresh, err := r.Tracker.FreshMembers(ctx, seq, "")
+		fresh, err := freshMembers()
 		if err != nil {
 			return false, "", 0, err
 		}

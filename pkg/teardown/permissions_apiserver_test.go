@@ -29,9 +29,9 @@ func TestPermissionsAreClusterWide(t *testing.T) {
 	const user = "permissions-test"
 	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
 	objs := []client.Object{
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "local"},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: "wavegate-system"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"patch"}}}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Subjects: subjects,
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "local", Namespace: "wavegate-system"}, Subjects: subjects,
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "local"}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "permissions-test"},
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"patch"}}}},
