@@ -122,18 +122,7 @@ func TestReinjectsARecreatedConfiguration(t *testing.T) {
 	defer cancel()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	hook := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
-		return &admissionregistrationv1.ValidatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: "reinject-test"},
-			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-				Name:                    "reinject.wavegate.io",
-				ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/validate")},
-				Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"DELETE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
-				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"reinject": "true"}},
-				FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-				AdmissionReviewVersions: []string{"v1"},
-			}},
-		}
+		return idleValidatingWebhook("reinject")
 	}
 	vwc := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	_, err = vwc.Create(ctx, hook(), metav1.CreateOptions{})
@@ -173,18 +162,7 @@ func TestIssueWaitsForItsConfiguration(t *testing.T) {
 	issued := make(chan error, 1)
 	go func() { issued <- sm.Issue(ctx, 30*time.Second) }()
 	g.Consistently(issued).WithTimeout(time.Second).ShouldNot(Receive(), "issued without its webhook configuration")
-	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "late-test"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "late.wavegate.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/validate")},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"DELETE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"late": "true"}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{})
+	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, idleValidatingWebhook("late"), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(issued).WithTimeout(15 * time.Second).Should(Receive(BeNil()))
 
@@ -193,4 +171,22 @@ func TestIssueWaitsForItsConfiguration(t *testing.T) {
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"never-created"}}
 	err = missing.Issue(ctx, 2*time.Second)
 	g.Expect(err).To(MatchError(ContainSubstring("never-created")))
+}
+
+// idleValidatingWebhook is a configuration named <name>-test whose one entry is never called (it
+// selects namespaces labeled <name>=true, which no test creates): something for the CA to be
+// injected into.
+func idleValidatingWebhook(name string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-test"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    name + ".wavegate.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/validate")},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"DELETE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{name: "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
 }
