@@ -198,56 +198,62 @@ func (r *Reconciler) holder() *teardown.Holder {
 	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now}
 }
 
-// jobAction is what to do with a group's wait Job: create it (armed with the group's timeout, or
-// unarmed ahead of the group's turn), or arm the one that started ahead.
-type jobAction struct {
-	Group  *Group
-	Create bool
-	Armed  bool
+// startJobs is the first decision on wait Jobs, on the cache alone: the Job of a group's current
+// revision is created, unarmed, as soon as the cache shows the group open or next (Prestart).
+// Creating it opens nothing: the waiter only watches, and an unarmed Job has no deadline, so a
+// cache that lags (an earlier group it has not seen yet) costs at most a Job that deleteStaleJobs
+// removes. Its pod start is then off the group's path, which would otherwise wait for the
+// consistent read first. Terminating groups (members being deleted) get no new Job.
+func startJobs(plan []*Group, terminating map[string]int32) []*Group {
+	var out []*Group
+	for _, g := range plan {
+		if g.JobName != "" && terminating[g.Name] == 0 && g.JobState == JobMissing && (g.Open || g.Prestart) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
-// decideJobs is the one decision on wait Jobs, from a plan and the opener: an open group's Job is
-// created armed with the group's timeout, or armed if it started ahead of the group's turn; both
-// only once the opener opens the group, because the timeout counts from then. The Job of the
-// group after the one that is waiting starts unarmed at once: it opens nothing, and its pod start
-// is then off the next boundary's path. unarmed reports whether a group's existing Job has no
-// deadline yet; terminating groups (members being deleted) get no new Job.
-func decideJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating map[string]int32) ([]jobAction, error) {
-	var out []jobAction
+// armJobs is the second, through the opener: an open group's Job that has no deadline yet (created
+// a moment ago by startJobs, or started ahead of the group's turn) is armed with the group's
+// timeout once the opener opens the group, because the timeout counts from then. unarmed reports
+// whether a group's Job exists without a deadline.
+func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating map[string]int32) ([]*Group, error) {
+	var out []*Group
 	for _, g := range plan {
-		if g.JobName == "" || terminating[g.Name] > 0 {
+		if g.JobName == "" || terminating[g.Name] > 0 || !g.Open || g.JobState != JobMissing && g.JobState != JobRunning || !unarmed(g) {
 			continue
 		}
-		switch {
-		case g.Prestart && g.JobState == JobMissing:
-			out = append(out, jobAction{Group: g, Create: true})
-		case g.Open && (g.JobState == JobMissing || g.JobState == JobRunning && unarmed(g)):
-			open, err := gate.Open(g.Name)
-			if err != nil {
-				return out, err
-			}
-			if open {
-				out = append(out, jobAction{Group: g, Create: g.JobState == JobMissing, Armed: true})
-			}
+		open, err := gate.Open(g.Name)
+		if err != nil {
+			return out, err
+		}
+		if open {
+			out = append(out, g)
 		}
 	}
 	return out, nil
 }
 
-// openJobs carries out decideJobs.
+// openJobs carries out startJobs, then armJobs.
 func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) error {
 	byKey := jobsByKey(jobs)
+	var err error
+	for _, g := range startJobs(plan, td.Terminating) {
+		j, cerr := r.createJob(ctx, seq, g)
+		err = errors.Join(err, cerr)
+		if j != nil {
+			byKey[g.JobNamespace+"/"+g.JobName] = j
+		}
+	}
 	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
 		return j != nil && j.Spec.ActiveDeadlineSeconds == nil
 	}
-	actions, err := decideJobs(plan, gate, unarmed, td.Terminating)
-	for _, a := range actions {
-		if a.Create {
-			err = errors.Join(err, r.createJob(ctx, seq, a.Group, a.Armed))
-		} else {
-			err = errors.Join(err, r.armJob(ctx, byKey[a.Group.JobNamespace+"/"+a.Group.JobName], a.Group))
-		}
+	arm, aerr := armJobs(plan, gate, unarmed, td.Terminating)
+	err = errors.Join(err, aerr)
+	for _, g := range arm {
+		err = errors.Join(err, r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g))
 	}
 	return err
 }

@@ -160,3 +160,53 @@ func TestArmDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestStartAndArmJobs: a wait Job is created, unarmed, as soon as the cache shows its group open
+// or next; it is armed only when the opener's consistent read opens the group too, and never for
+// a group whose members are being deleted.
+func TestStartAndArmJobs(t *testing.T) {
+	members := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1), m("ui", 3, "shop", "ui", 1)}
+	cached := Plan("shop", members, nil, func(string, string) JobState { return JobMissing }, "wavegate-system")
+	names := func(gs []*Group) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.Name)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"db", "web"}, names(startJobs(cached, nil))); diff != "" {
+		t.Errorf("startJobs (-want +got):\n%s", diff)
+	}
+	if got := names(startJobs(cached, map[string]int32{"db": 1})); !cmp.Equal(got, []string{"web"}) {
+		t.Errorf("startJobs with db terminating = %v, want [web]", got)
+	}
+	exists := func(*Group) bool { return true }
+	for _, tc := range []struct {
+		name        string
+		fresh       map[string]bool
+		terminating map[string]int32
+		unarmed     func(*Group) bool
+		want        []string
+	}{
+		{"the consistent read opens db", map[string]bool{"db": true}, nil, exists, []string{"db"}},
+		// A cache that has not seen an earlier group: the Job stays unarmed (deleteStaleJobs removes it).
+		{"the consistent read does not", map[string]bool{}, nil, exists, nil},
+		{"already armed", map[string]bool{"db": true}, nil, func(*Group) bool { return false }, nil},
+		{"terminating", map[string]bool{"db": true}, map[string]int32{"db": 1}, exists, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reads := 0
+			gate := newOpener(cached, func() (map[string]bool, error) { reads++; return tc.fresh, nil })
+			got, err := armJobs(cached, gate, tc.unarmed, tc.terminating)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, names(got)); diff != "" {
+				t.Errorf("armJobs (-want +got):\n%s", diff)
+			}
+			if reads > 1 {
+				t.Errorf("%d consistent reads, want at most one", reads)
+			}
+		})
+	}
+}

@@ -17,7 +17,8 @@ import (
 // The property test simulates a sequence under churn and checks wavegate's one promise: no pod of a
 // new template is released while an earlier group is not verified ready at its current revision.
 // The controller is modelled with the real Plan and the real decision (the opener that Reconcile
-// uses, and decideJobs, which starts waiters ahead of their turn): it plans on a cache that lags the
+// uses; startJobs, which creates waiters unarmed as soon as the cache shows their group open or
+// next; and armJobs, which arms them through the opener): it plans on a cache that lags the
 // world by a random number of steps and opens a group (arms its wait Job, removes gates) through
 // the opener, whose consistent read is the world. Restarts lose nothing because
 // the controller keeps no state: the world (Jobs, Sequence status) is all there is.
@@ -115,13 +116,19 @@ func (w *simWorld) reconcile(t *testing.T) {
 	}
 	cachePlan := w.plan(view)
 	gate := newOpener(cachePlan, func() (map[string]bool, error) { return openGroups(w.plan(w.snapshot())), nil })
-	actions, _ := decideJobs(cachePlan, gate, func(g *Group) bool { return !w.armed[g.JobName] }, nil)
-	for _, a := range actions {
-		if a.Create {
-			w.jobs[a.Group.JobName] = JobRunning
-			w.jobRev[a.Group.JobName] = struct{ group, rev string }{a.Group.Name, a.Group.Revision}
+	for _, g := range startJobs(cachePlan, nil) {
+		if _, exists := w.jobs[g.JobName]; exists {
+			continue // AlreadyExists: the cache had not seen it
 		}
-		w.armed[a.Group.JobName] = a.Armed
+		w.jobs[g.JobName] = JobRunning
+		w.jobRev[g.JobName] = struct{ group, rev string }{g.Name, g.Revision}
+	}
+	arm, _ := armJobs(cachePlan, gate, func(g *Group) bool {
+		_, exists := w.jobs[g.JobName]
+		return exists && !w.armed[g.JobName]
+	}, nil)
+	for _, g := range arm {
+		w.armed[g.JobName] = true
 	}
 	for _, p := range w.pods {
 		if !p.gated {

@@ -116,17 +116,22 @@ func StateOf(j *batchv1.Job) JobState {
 	return JobRunning
 }
 
-// createJob creates the wait Job of a group's current revision: armed with the group's timeout
-// when the group is open, unarmed when it starts ahead of its turn (Prestart).
-func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group, armed bool) error {
-	job := r.waitJob(seq, g, armed)
-	if err := r.Client.Create(ctx, job); apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-		return nil // the namespace is being deleted: its groups are torn down, not created
-	} else if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
+// createJob creates the wait Job of a group's current revision, unarmed (armJob gives it the
+// group's timeout when the group opens), and returns it; nil when there is nothing to arm: the
+// namespace is being deleted, or the Job exists already (a cache that has not seen it yet).
+func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) (*batchv1.Job, error) {
+	job := r.waitJob(seq, g)
+	err := r.Client.Create(ctx, job)
+	switch {
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		return nil, nil // the namespace is being deleted: its groups are torn down, not created
+	case apierrors.IsAlreadyExists(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision, "armed", armed)
-	return nil
+	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision, "open", g.Open)
+	return job, nil
 }
 
 // armDeadline is the activeDeadlineSeconds that makes a Job created at created time out no
@@ -172,12 +177,12 @@ func patchJSON(ctx context.Context, c client.Client, obj client.Object, ops ...p
 	return false, err
 }
 
-// waitJob builds the wait Job of a group's current revision. An unarmed Job has no deadline yet:
-// armJob sets it when the group opens. Every wait Job is created suspended: the waiter-RBAC
+// waitJob builds the wait Job of a group's current revision, without a deadline: armJob sets it
+// when the group opens. Every wait Job is created suspended: the waiter-RBAC
 // controller resumes it once its ServiceAccount, Role and RoleBinding exist, so that its pod is
 // neither refused for a missing ServiceAccount (the Job controller would retry a second or more
 // later) nor denied its first LISTs (the waiter's informers would back off as long).
-func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
+func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
@@ -187,12 +192,6 @@ func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
 		}
 	}
 	args := wa.Encode()
-	// The Job's activeDeadlineSeconds is the only clock: the Job controller then fails the Job
-	// with reason DeadlineExceeded, which is how a timeout is told from a failure.
-	var deadline *int64
-	if armed {
-		deadline = ptr.To(max(int64(g.Timeout.Seconds()), 1))
-	}
 	labels := map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq, keys.WaitRevisionLabel: g.Revision}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -201,7 +200,6 @@ func (r *Reconciler) waitJob(seq string, g *Group, armed bool) *batchv1.Job {
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: deadline,
 			Suspend:               ptr.To(true),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},

@@ -44,7 +44,7 @@ func TestCreateJobInTerminatingNamespace(t *testing.T) {
 			})
 			r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
 			g := &Group{Name: "web", JobName: "wavegate-wait-web-0123456789", JobNamespace: "shop"}
-			if err := r.createJob(context.Background(), "shop", g, true); (err != nil) != tc.wantErr {
+			if _, err := r.createJob(context.Background(), "shop", g); (err != nil) != tc.wantErr {
 				t.Errorf("createJob() = %v, want error: %v", err, tc.wantErr)
 			}
 		})

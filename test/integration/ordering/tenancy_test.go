@@ -242,14 +242,19 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer clusterRoles.Stop()
 
-	g.Expect(env.Client.Create(ctx, forged)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, forged) })
 	// The pass that writes the tenant's own Role writes everything the Job gets, a moment apart;
-	// the watches see all of it (wavegate deletes the Job soon after: no group of the tenant's
-	// sequence has it).
+	// the watches see all of it. wavegate deletes the Job soon after (no group of the tenant's
+	// sequence has it), which may come before the waiter-RBAC controller has seen it: the tenant
+	// creates it again until it is provisioned.
 	own := &rbacv1.Role{}
-	g.Eventually(func() error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)
+	g.Eventually(func(g Gomega) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(forged), &batchv1.Job{})
+		if apierrors.IsNotFound(err) {
+			j := forged.DeepCopy()
+			g.Expect(env.Client.Create(ctx, j)).To(Succeed())
+		}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)).To(Succeed())
 	}).WithTimeout(timeout).Should(Succeed())
 	g.Expect(own.Rules).To(ContainElement(HaveField("Resources", ContainElement("configmaps"))))
 	for deadline := time.After(2 * time.Second); ; {
