@@ -199,8 +199,8 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 			Annotations: map[string]string{keys.ArgoCDSyncWaveAnnotation: strconv.Itoa(int(resolve.WaitJobWave(g.Order)))},
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
-			Suspend:               ptr.To(true),
+			BackoffLimit: ptr.To[int32](0),
+			Suspend:      ptr.To(true),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},
 				Spec: corev1.PodSpec{
