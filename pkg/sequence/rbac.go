@@ -20,9 +20,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -42,7 +44,8 @@ import (
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
 // get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and a
-// ClusterRole for cluster-scoped members. Everything is derived from the wait Jobs themselves,
+// ClusterRole for cluster-scoped members. Every opted-in namespace has its ServiceAccount and its
+// Role (without rules while no wait Job needs any) and RoleBinding before its first wait Job. Everything is derived from the wait Jobs themselves,
 // and a tenant can create a Job that looks like one: so a Job is provisioned only in wavegate's own
 // namespace or in an opted-in namespace that may join the Job's sequence, and only for members that
 // the sequence may hold (an opted-in namespace that may join it; a cluster-scoped kind, for a
@@ -68,6 +71,8 @@ func (r *RBACReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&rbacv1.Role{}, one).
 		Watches(&rbacv1.RoleBinding{}, one).
 		Watches(&corev1.ServiceAccount{}, one).
+		// A namespace that opts in (or out) gets (or loses) its waiter's ServiceAccount and Role.
+		Watches(&corev1.Namespace{}, one, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(&rbacv1.ClusterRole{}, one).
 		Watches(&rbacv1.ClusterRoleBinding{}, one).
 		Complete(r)
@@ -133,6 +138,17 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			}
 		}
 	}
+	// Every opted-in namespace gets its waiter's ServiceAccount, and a Role bound to it, before any
+	// wait Job runs there: the Role has no rules until a wait Job needs some, and then one write
+	// adds them. A namespace's first wait Job then starts at once (its pod needs only the
+	// ServiceAccount) while its Role is completed, instead of after three writes on an API server
+	// that is admitting the namespace's first pods.
+	if err := r.prepareOptedIn(ctx, sc, want); err != nil {
+		return ctrl.Result{}, err
+	}
+	if r.Namespace != "" {
+		want.accounts[r.Namespace] = true
+	}
 	// Each namespace is provisioned on its own, and a wait Job resumes once the namespaces it needs
 	// are: a namespace whose access cannot be written (one being deleted, a quota) holds no other
 	// tenant's waiters.
@@ -148,6 +164,28 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
 	}
 	return ctrl.Result{}, r.prune(ctx, want)
+}
+
+// prepareOptedIn adds to want, for every opted-in namespace that is not being deleted, the
+// waiter's ServiceAccount and a Role (without rules unless a wait Job needs some) bound to it.
+func (r *RBACReconciler) prepareOptedIn(ctx context.Context, sc *scope, want access) error {
+	var namespaces corev1.NamespaceList
+	if err := r.Client.List(ctx, &namespaces, client.MatchingLabels{keys.EnabledLabel: "true"}); err != nil {
+		return fmt.Errorf("listing opted-in namespaces: %w", err)
+	}
+	for i := range namespaces.Items {
+		ns := &namespaces.Items[i]
+		if ns.DeletionTimestamp != nil || !sc.OptedIn(ctx, ns.Name) {
+			continue
+		}
+		want.accounts[ns.Name] = true
+		if want.rules[ns.Name] == nil {
+			want.rules[ns.Name] = map[string]bool{}
+			want.subjects[ns.Name] = map[string]bool{}
+		}
+		want.subjects[ns.Name][ns.Name] = true
+	}
+	return nil
 }
 
 // mayRun reports whether a wait Job of sequence seq may get its access: in wavegate's own
@@ -186,7 +224,7 @@ func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *sc
 // timing out. Resumed, its waiter fails or times out as the group's policy says.
 const ResumeAnywayAfter = 30 * time.Second
 
-// resume starts the wait Jobs that were created suspended (see waitJob): all of them once apply
+// resume starts the wait Jobs that were created suspended (see createJob): all of them once apply
 // has provisioned their access, and those suspended for ResumeAnywayAfter when it has not. A Job's
 // deadline, if armed, counts from its start (the Job controller resets startTime when a Job
 // resumes).
@@ -213,6 +251,9 @@ func managedLabels() map[string]string {
 }
 
 func policyRules(resources map[string]bool) []rbacv1.PolicyRule {
+	if len(resources) == 0 {
+		return nil // as the API server returns an empty list: no patch on every pass
+	}
 	byGroup := map[string][]string{}
 	for gr := range resources {
 		g, res, _ := strings.Cut(gr, "/")

@@ -284,9 +284,73 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	want := map[string][]string{
 		"tenant-a":  {"deployments"},
 		"(cluster)": {"clusterroles"},
-		"accounts":  {"tenant-a", "wavegate-system"},
+		// Every opted-in namespace has its waiter's ServiceAccount (and a Role without rules), ready
+		// for its first wait Job; the namespace that is not opted in has none.
+		"accounts": {"tenant-a", "tenant-b", "tenant-c", "wavegate-system"},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("access granted (-want +got):\n%s", d)
+	}
+}
+
+// TestWaiterAccessPreparedBeforeItsFirstJob: an opted-in namespace has its waiter's
+// ServiceAccount, a Role without rules and its RoleBinding before any wait Job runs there, so that
+// its first wait Job starts at once and needs one write (its Role's rules), not three. A namespace
+// that is not opted in gets nothing, and one that opts out loses it.
+func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
+	outside := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "outside"}}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(optedIn("shop")...).WithObjects(outside).Build()
+	r := &RBACReconciler{Client: c, Namespace: "wavegate-system"}
+	ctx := context.Background()
+	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	type found struct{ Accounts, Roles, Bindings []string }
+	list := func() found {
+		var f found
+		var sas corev1.ServiceAccountList
+		var roles rbacv1.RoleList
+		var bindings rbacv1.RoleBindingList
+		for _, l := range []client.ObjectList{&sas, &roles, &bindings} {
+			if err := c.List(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, sa := range sas.Items {
+			f.Accounts = append(f.Accounts, sa.Namespace+"/"+sa.Name)
+		}
+		for _, ro := range roles.Items {
+			f.Roles = append(f.Roles, fmt.Sprintf("%s/%s rules=%d", ro.Namespace, ro.Name, len(ro.Rules)))
+		}
+		for _, b := range bindings.Items {
+			var subs []string
+			for _, s := range b.Subjects {
+				subs = append(subs, s.Namespace+"/"+s.Name)
+			}
+			f.Bindings = append(f.Bindings, fmt.Sprintf("%s/%s %s/%s -> %s", b.Namespace, b.Name, b.RoleRef.Kind, b.RoleRef.Name, strings.Join(subs, ",")))
+		}
+		return f
+	}
+	want := found{
+		Accounts: []string{"shop/wavegate-waiter", "wavegate-system/wavegate-waiter"},
+		Roles:    []string{"shop/wavegate-waiter rules=0"},
+		Bindings: []string{"shop/wavegate-waiter Role/wavegate-waiter -> shop/wavegate-waiter"},
+	}
+	if d := cmp.Diff(want, list()); d != "" {
+		t.Errorf("prepared access (-want +got):\n%s", d)
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "shop"}, ns); err != nil {
+		t.Fatal(err)
+	}
+	delete(ns.Labels, keys.EnabledLabel)
+	if err := c.Update(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(found{Accounts: []string{"wavegate-system/wavegate-waiter"}}, list()); d != "" {
+		t.Errorf("after opting out (-want +got):\n%s", d)
 	}
 }

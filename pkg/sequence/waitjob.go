@@ -121,6 +121,12 @@ func StateOf(j *batchv1.Job) JobState {
 // namespace is being deleted, or the Job exists already (a cache that has not seen it yet).
 func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) (*batchv1.Job, error) {
 	job := r.waitJob(seq, g)
+	// Its pod needs the waiter's ServiceAccount (the API server refuses the pod without it, and the
+	// Job controller would try again a second or more later): without one in the cache the Job is
+	// created suspended, and the waiter-RBAC controller resumes it once its access exists. With
+	// one, it starts at once, and its waiter waits for the rest of its access (its Role's rules,
+	// written at the same time) by itself.
+	job.Spec.Suspend = ptr.To(!r.hasWaiterAccount(ctx, job.Namespace))
 	err := r.Client.Create(ctx, job)
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
@@ -132,6 +138,14 @@ func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) (*batc
 	}
 	ctrl.LoggerFrom(ctx).Info("Created wait Job", "job", klog.KObj(job), "group", g.Name, "revision", g.Revision, "open", g.Open)
 	return job, nil
+}
+
+// hasWaiterAccount reports whether the cache has the ServiceAccount wait Jobs run as, made by
+// the waiter-RBAC controller, in a namespace.
+func (r *Reconciler) hasWaiterAccount(ctx context.Context, namespace string) bool {
+	sa := &corev1.ServiceAccount{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: WaiterServiceAccount}, sa)
+	return err == nil && sa.DeletionTimestamp == nil && sa.Labels[keys.WaiterRBACLabel] == "true"
 }
 
 // armDeadline is the activeDeadlineSeconds that makes a Job created at created time out no
@@ -178,10 +192,7 @@ func patchJSON(ctx context.Context, c client.Client, obj client.Object, ops ...p
 }
 
 // waitJob builds the wait Job of a group's current revision, without a deadline: armJob sets it
-// when the group opens. Every wait Job is created suspended: the waiter-RBAC
-// controller resumes it once its ServiceAccount, Role and RoleBinding exist, so that its pod is
-// neither refused for a missing ServiceAccount (the Job controller would retry a second or more
-// later) nor denied its first LISTs (the waiter's informers would back off as long).
+// when the group opens. It is built suspended (see createJob).
 func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference

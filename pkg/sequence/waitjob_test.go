@@ -109,3 +109,29 @@ func TestSucceededWaitersOnlyInTheJobsNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitJobStartsAtOnceWhenItsAccountExists: a wait Job starts at once in a namespace that has
+// the waiter's ServiceAccount (its pod would be refused without one), and is created suspended,
+// for the waiter-RBAC controller to resume, where it has none yet (or only one wavegate did not
+// make).
+func TestWaitJobStartsAtOnceWhenItsAccountExists(t *testing.T) {
+	account := func(ns string, labels map[string]string) *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns, Labels: labels}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		account("ready", map[string]string{keys.WaiterRBACLabel: "true"}), account("foreign", nil)).Build()
+	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
+	for ns, suspended := range map[string]bool{"ready": false, "fresh": true, "foreign": true} {
+		g := &Group{Name: "web", JobName: "wavegate-wait-web-0123456789", JobNamespace: ns}
+		j, err := r.createJob(context.Background(), "shop", g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ptr.Deref(j.Spec.Suspend, false); got != suspended {
+			t.Errorf("wait Job in %s: suspended = %v, want %v", ns, got, suspended)
+		}
+		if j.Spec.ActiveDeadlineSeconds != nil {
+			t.Errorf("wait Job in %s created armed: %d", ns, *j.Spec.ActiveDeadlineSeconds)
+		}
+	}
+}

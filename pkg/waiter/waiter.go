@@ -1,6 +1,8 @@
 // Package waiter is `wavegate wait`: the program a group's wait Job runs. It watches the group's
 // members and exits as soon as all of them are ready (exit 0), when one fails for good (exit 3) or
-// when the timeout passes (exit 2). It uses watches, never polling, and prints one line per change.
+// when the timeout passes (exit 2). It uses watches, never polling (only its access, which may come a
+// moment after its pod starts, is waited for with a LIST retried at short intervals), and prints
+// one line per change.
 // When a member is a PersistentVolumeClaim it also watches StorageClasses, which decide whether a
 // Pending claim waits for its first consumer (readiness.Env).
 package waiter
@@ -17,6 +19,7 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -135,6 +138,9 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}
 		env = readiness.FuncEnv(w.list)
 	}
+	if err := awaitAccess(ctx, client, o.Members, o.Out); err != nil {
+		return finish(ctx, o)
+	}
 	// Every member's kind is watched at once, and the wait for their first lists is signalled, not
 	// polled (WaitForCacheSync looks every 100 ms, one informer after the other): the waiter's start
 	// is on the path of every group boundary it does not start ahead of.
@@ -182,6 +188,73 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 			return finish(ctx, o)
 		}
 	}
+}
+
+// awaitAccess returns once the waiter may list every member's kind where it lives, or when ctx
+// ends (its error). The waiter's Role is written by wavegate's manager while the waiter's pod
+// starts, and may come a moment after it: an informer denied its first list would retry only after
+// its back-off (0.8 s and more), so each kind is tried with a small LIST first, again and again
+// at short intervals while it is forbidden. Any other error is left to the informers.
+func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member, out io.Writer) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	done := map[scope]bool{}
+	for _, m := range members {
+		sc := scope{m.GVR, m.Namespace}
+		if done[sc] {
+			continue
+		}
+		done[sc] = true
+		wg.Go(func() {
+			start, wait := time.Now(), accessRetry
+			for said := false; ; {
+				_, err := client.Resource(sc.gvr).Namespace(sc.namespace).List(ctx, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
+				if !apierrors.IsForbidden(err) || ctx.Err() != nil {
+					if said && err == nil {
+						mu.Lock()
+						fmt.Fprintf(out, "%s may list %s now\n", time.Now().UTC().Format(time.RFC3339), sc.display())
+						mu.Unlock()
+					}
+					return
+				}
+				if !said {
+					mu.Lock()
+					fmt.Fprintf(out, "%s waiting for access to list %s (wavegate's manager grants it): %v\n", time.Now().UTC().Format(time.RFC3339), sc.display(), err)
+					mu.Unlock()
+					said = true
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+				if time.Since(start) > accessRetryFor {
+					wait = min(2*wait, maxAccessRetry)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// A forbidden kind is tried again every accessRetry for accessRetryFor (the manager writes the
+// Role within milliseconds of the Job), then less and less often, up to every maxAccessRetry.
+const (
+	accessRetry    = 25 * time.Millisecond
+	accessRetryFor = 3 * time.Second
+	maxAccessRetry = 2 * time.Second
+)
+
+func (s scope) display() string {
+	r := s.gvr.Resource
+	if s.gvr.Group != "" {
+		r += "." + s.gvr.Group
+	}
+	if s.namespace == "" {
+		return r
+	}
+	return r + " in namespace " + s.namespace
 }
 
 func finish(ctx context.Context, o Options) error {

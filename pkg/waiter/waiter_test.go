@@ -197,3 +197,37 @@ func TestWaitWithoutClaimsDoesNotReadStorageClasses(t *testing.T) {
 		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
 	}
 }
+
+// The waiter's pod may start before wavegate's manager has granted it its Role: it waits for its
+// access by retrying a small LIST at short intervals, says so, and does not wait out an
+// informer's back-off (0.8 s and more) once the access exists.
+func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
+		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	var allowed atomic.Bool
+	client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if allowed.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, "",
+			errors.New(`User "system:serviceaccount:ns:wavegate-waiter" cannot list resource "configmaps"`))
+	})
+	out := newOutput("waiting for access to list configmaps in namespace ns")
+	done := make(chan error, 1)
+	go func() {
+		done <- Wait(context.Background(), client, options(t, out, 30*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"}))
+	}()
+	select {
+	case <-out.seen:
+	case err := <-done:
+		t.Fatalf("Wait() = %v while forbidden; output:\n%s", err, out)
+	}
+	allowed.Store(true)
+	if err := <-done; err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "may list configmaps in namespace ns now") {
+		t.Errorf("output does not say the access came:\n%s", out)
+	}
+}

@@ -233,11 +233,16 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
 	}
-	// Every Role written in the victim's namespace, and every waiter ClusterRole, from before the Job.
+	// Every Role and RoleBinding written in the victim's namespace, and every waiter ClusterRole,
+	// from before the Job. The victim's namespace has its own waiter's Role (without rules while
+	// it runs no wait Job): it must neither gain rules nor be bound to the tenant's waiter.
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	roles, err := cs.RbacV1().Roles(victim).Watch(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer roles.Stop()
+	bindings, err := cs.RbacV1().RoleBindings(victim).Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer bindings.Stop()
 	clusterRoles, err := cs.RbacV1().ClusterRoles().Watch(ctx, metav1.ListOptions{LabelSelector: keys.WaiterRBACLabel + "=true"})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer clusterRoles.Stop()
@@ -255,12 +260,20 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 			g.Expect(env.Client.Create(ctx, j)).To(Succeed())
 		}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: tenant, Name: sequence.WaiterServiceAccount}, own)).To(Succeed())
+		g.Expect(own.Rules).To(ContainElement(HaveField("Resources", ContainElement("configmaps"))))
 	}).WithTimeout(timeout).Should(Succeed())
-	g.Expect(own.Rules).To(ContainElement(HaveField("Resources", ContainElement("configmaps"))))
 	for deadline := time.After(2 * time.Second); ; {
 		select {
 		case ev := <-roles.ResultChan():
-			t.Fatalf("a tenant's Job got a Role in another namespace: %s %v", ev.Type, ev.Object)
+			if ro, ok := ev.Object.(*rbacv1.Role); ok && len(ro.Rules) > 0 {
+				t.Fatalf("a tenant's Job got access in another namespace: %s %v", ev.Type, ro.Rules)
+			}
+		case ev := <-bindings.ResultChan():
+			if rb, ok := ev.Object.(*rbacv1.RoleBinding); ok {
+				for _, sub := range rb.Subjects {
+					g.Expect(sub.Namespace).To(Equal(victim), "a tenant's waiter was bound in another namespace")
+				}
+			}
 		case ev := <-clusterRoles.ResultChan():
 			if cr, ok := ev.Object.(*rbacv1.ClusterRole); ok {
 				for _, rule := range cr.Rules {
