@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -68,6 +70,7 @@ type Reconciler struct {
 	WaitPods cache.Cache
 
 	recent       recentReleases
+	created      recentCreations
 	statusWrites statusWrites
 	emitted      emittedEvents
 }
@@ -161,7 +164,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}()
 		released <- r.release(ctx, gated)
 	}()
-	if err := r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
+	armLater, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
@@ -170,6 +174,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	observeReleases(plan, jobs, succeeded, gated, r.now())
 	r.emitEvents(seq, plan, prev, objs)
 	requeue := td.Requeue
+	if armLater > 0 && (requeue == 0 || armLater < requeue) {
+		requeue = armLater
+	}
 	if again, err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
 		errs = append(errs, err)
 	} else if again > 0 && (requeue == 0 || again < requeue) {
@@ -235,27 +242,82 @@ func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating
 	return out, nil
 }
 
-// openJobs carries out startJobs, then armJobs.
-func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) error {
+// openJobs carries out startJobs, then armJobs. It returns when to come back for a Job it left
+// unarmed (zero: none).
+//
+// A Job this manager created less than armingGrace ago is armed only by a pass that makes the
+// consistent read anyway (to release pods): a pass that read only to arm would hold up, for the
+// length of that read and patch, the next pass, which releases the group's first pods (a
+// ReplicaSet creates them a moment after its Deployment). Arming later only starts the group's
+// clock later (armDeadline counts from the arming); a restarted manager, which remembers no
+// creation, arms at once.
+func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, error) {
 	byKey := jobsByKey(jobs)
 	var err error
+	now := r.now()
 	for _, g := range startJobs(plan, td.Terminating) {
 		j, cerr := r.createJob(ctx, seq, g)
 		err = errors.Join(err, cerr)
 		if j != nil {
 			byKey[g.JobNamespace+"/"+g.JobName] = j
+			r.created.add(j.UID, now)
 		}
 	}
+	var later time.Duration
 	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
-		return j != nil && j.Spec.ActiveDeadlineSeconds == nil
+		if j == nil || j.Spec.ActiveDeadlineSeconds != nil {
+			return false
+		}
+		if wait := r.created.grace(j.UID, now); wait > 0 && !gate.Read() {
+			if later == 0 || wait < later {
+				later = wait
+			}
+			return false
+		}
+		return true
 	}
 	arm, aerr := armJobs(plan, gate, unarmed, td.Terminating)
 	err = errors.Join(err, aerr)
 	for _, g := range arm {
 		err = errors.Join(err, r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g))
 	}
-	return err
+	return later, err
+}
+
+// armingGrace is how long a Job this manager created waits for a pass that reads anyway to arm it.
+const armingGrace = 250 * time.Millisecond
+
+// recentCreations are the wait Jobs this manager created, for armingGrace. Like recentReleases it
+// is only an optimization: a restarted manager arms at once.
+type recentCreations struct {
+	mu   sync.Mutex
+	jobs map[types.UID]time.Time
+}
+
+func (c *recentCreations) add(uid types.UID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.jobs == nil {
+		c.jobs = map[types.UID]time.Time{}
+	}
+	for u, t := range c.jobs {
+		if now.Sub(t) >= armingGrace {
+			delete(c.jobs, u)
+		}
+	}
+	c.jobs[uid] = now
+}
+
+// grace returns how much longer a Job may wait to be armed (zero: arm now).
+func (c *recentCreations) grace(uid types.UID, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.jobs[uid]
+	if !ok {
+		return 0
+	}
+	return max(armingGrace-now.Sub(t), 0)
 }
 
 func checker(idx *policy.Index, m Member) *readiness.Checker {

@@ -29,6 +29,9 @@ func newOpener(cached []*Group, fresh func() (map[string]bool, error)) *opener {
 // a consistent read.
 func (o *opener) CachedOpen(group string) bool { return o.cached[group] }
 
+// Read reports whether the consistent read has been made.
+func (o *opener) Read() bool { return o.freshOpen != nil }
+
 // Open reports whether a group may be opened now.
 func (o *opener) Open(group string) (bool, error) {
 	if !o.cached[group] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/teardown"
 )
 
 // TestCreateJobInTerminatingNamespace: a namespace being deleted takes no new wait Job, and that
@@ -132,6 +134,71 @@ func TestWaitJobStartsAtOnceWhenItsAccountExists(t *testing.T) {
 		}
 		if j.Spec.ActiveDeadlineSeconds != nil {
 			t.Errorf("wait Job in %s created armed: %d", ns, *j.Spec.ActiveDeadlineSeconds)
+		}
+	}
+}
+
+// TestJustCreatedJobArmedByAPassThatReads: the pass that creates a group's wait Job does not make
+// the consistent read only to arm it: that would hold up the next pass, which releases the group's
+// first pods. The Job is armed by the first pass that reads anyway, or after armingGrace; a
+// manager that did not create it (a restart) arms it at once.
+func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: "shop", Labels: map[string]string{keys.WaiterRBACLabel: "true"}}}).Build()
+	now := time.Now()
+	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system", Now: func() time.Time { return now }}
+	members := []Member{m("db", 1, "shop", "db", 1)}
+	td := &teardown.Result{}
+	reads := 0
+	pass := func(read bool) (time.Duration, *batchv1.Job) {
+		t.Helper()
+		var jobs batchv1.JobList
+		if err := c.List(ctx, &jobs); err != nil {
+			t.Fatal(err)
+		}
+		states := jobStates(jobs.Items, nil)
+		plan := Plan("shop", members, nil, states, "wavegate-system")
+		gate := newOpener(plan, func() (map[string]bool, error) { reads++; return openGroups(plan), nil })
+		if read {
+			if _, err := gate.Open("db"); err != nil { // the pass released pods
+				t.Fatal(err)
+			}
+		}
+		later, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, td)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.List(ctx, &jobs); err != nil || len(jobs.Items) != 1 {
+			t.Fatalf("wait Jobs: %v, %v", jobs.Items, err)
+		}
+		return later, &jobs.Items[0]
+	}
+	later, j := pass(false)
+	if j.Spec.ActiveDeadlineSeconds != nil || reads != 0 || later != armingGrace {
+		t.Fatalf("creating pass: deadline %v, %d reads, back in %s; want unarmed, no read, back in %s", j.Spec.ActiveDeadlineSeconds, reads, later, armingGrace)
+	}
+	now = now.Add(armingGrace / 2)
+	if later, j = pass(false); j.Spec.ActiveDeadlineSeconds != nil || reads != 0 || later != armingGrace/2 {
+		t.Fatalf("a pass that does not read: deadline %v, %d reads, back in %s", j.Spec.ActiveDeadlineSeconds, reads, later)
+	}
+	if later, j = pass(true); j.Spec.ActiveDeadlineSeconds == nil || reads != 1 || later != 0 {
+		t.Fatalf("a pass that reads: deadline %v, %d reads, back in %s; want armed", j.Spec.ActiveDeadlineSeconds, reads, later)
+	}
+
+	// Past the grace, and after a restart, a pass reads to arm.
+	for name, restart := range map[string]func(){
+		"grace over": func() { now = now.Add(armingGrace) },
+		"restart":    func() { r = &Reconciler{Client: c, Image: r.Image, Namespace: r.Namespace, Now: r.Now} },
+	} {
+		if err := c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace("shop")); err != nil {
+			t.Fatal(err)
+		}
+		pass(false)
+		restart()
+		reads = 0
+		if later, j = pass(false); j.Spec.ActiveDeadlineSeconds == nil || reads != 1 || later != 0 {
+			t.Errorf("%s: deadline %v, %d reads, back in %s; want armed", name, j.Spec.ActiveDeadlineSeconds, reads, later)
 		}
 	}
 }
