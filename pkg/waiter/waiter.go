@@ -138,8 +138,20 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}
 		env = readiness.FuncEnv(w.list)
 	}
-	if err := awaitAccess(ctx, client, o.Members, o.Out); err != nil {
+	listed, err := awaitAccess(ctx, client, o.Members, o.Out)
+	if err != nil {
 		return finish(ctx, o)
+	}
+	// The lists that found the access may already show every member ready (a group that became
+	// ready while the waiter's pod started): then there is nothing to watch.
+	if len(listed) > 0 {
+		if ready, _, failed := evaluate(o, listed, env); failed != nil {
+			fmt.Fprintf(o.Out, "group %q cannot become ready: %v\n", o.Group, failed)
+			return failed
+		} else if ready == len(o.Members) {
+			fmt.Fprintf(o.Out, "group %q is ready\n", o.Group)
+			return nil
+		}
 	}
 	// Every member's kind is watched at once, and the wait for their first lists is signalled, not
 	// polled (WaitForCacheSync looks every 100 ms, one informer after the other): the waiter's start
@@ -191,30 +203,43 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 }
 
 // awaitAccess returns once the waiter may list every member's kind where it lives, or when ctx
-// ends (its error). The waiter's Role is written by wavegate's manager while the waiter's pod
-// starts, and may come a moment after it: an informer denied its first list would retry only after
-// its back-off (0.8 s and more), so each kind is tried with a small LIST first, again and again
-// at short intervals while it is forbidden. Any other error is left to the informers.
-func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member, out io.Writer) error {
+// ends (its error), with what those lists found (nil unless every kind was listed). The waiter's
+// Role is written by wavegate's manager while the waiter's pod starts, and may come a moment after
+// it: an informer denied its first list would retry only after its back-off (0.8 s and more), so
+// each kind is listed first, again and again at short intervals while it is forbidden. Any other
+// error is left to the informers.
+func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member, out io.Writer) (map[scope]cache.Store, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	done := map[scope]bool{}
+	stores := map[scope]cache.Store{}
+	complete := true
+	seen := map[scope]bool{}
 	for _, m := range members {
 		sc := scope{m.GVR, m.Namespace}
-		if done[sc] {
+		if seen[sc] {
 			continue
 		}
-		done[sc] = true
+		seen[sc] = true
 		wg.Go(func() {
 			start, wait := time.Now(), accessRetry
 			for said := false; ; {
-				_, err := client.Resource(sc.gvr).Namespace(sc.namespace).List(ctx, metav1.ListOptions{Limit: 1, ResourceVersion: "0"})
+				// From the API server's watch cache, as an informer's first list.
+				list, err := client.Resource(sc.gvr).Namespace(sc.namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 				if !apierrors.IsForbidden(err) || ctx.Err() != nil {
+					mu.Lock()
+					defer mu.Unlock()
 					if said && err == nil {
-						mu.Lock()
 						fmt.Fprintf(out, "%s may list %s now\n", time.Now().UTC().Format(time.RFC3339), sc.display())
-						mu.Unlock()
 					}
+					if err != nil {
+						complete = false
+						return
+					}
+					store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+					for i := range list.Items {
+						_ = store.Add(&list.Items[i])
+					}
+					stores[sc] = store
 					return
 				}
 				if !said {
@@ -235,7 +260,13 @@ func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member
 		})
 	}
 	wg.Wait()
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !complete {
+		return nil, nil
+	}
+	return stores, nil
 }
 
 // A forbidden kind is tried again every accessRetry for accessRetryFor (the manager writes the

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/apimachinery/pkg/watch"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -229,5 +230,24 @@ func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "may list configmaps in namespace ns now") {
 		t.Errorf("output does not say the access came:\n%s", out)
+	}
+}
+
+// A group whose members are all ready when the waiter may first read them is released on those
+// lists: no watch is started.
+func TestWaitReadyAtTheFirstList(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
+		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		t.Errorf("a watch on %s was started", a.GetResource())
+		return false, nil, nil
+	})
+	out := newOutput("")
+	if err := Wait(context.Background(), client, options(t, out, 10*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"})); err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), `group "g" is ready`) {
+		t.Errorf("output does not say the group is ready:\n%s", out)
 	}
 }
