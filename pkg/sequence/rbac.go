@@ -86,10 +86,6 @@ type access struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	var jobs batchv1.JobList
-	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
-		return ctrl.Result{}, err
-	}
 	var idx *policy.Index
 	if r.Policies != nil {
 		if idx = r.Policies.Index(); idx == nil {
@@ -97,11 +93,58 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 		}
 	}
 	sc := newScope(r.Client, r.Namespace)
+	d, err := r.desired(ctx, idx, sc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Each namespace is provisioned on its own, and a wait Job resumes once the namespaces it needs
+	// are: a namespace whose access cannot be written (one being deleted, a quota) holds no other
+	// tenant's waiters. Between its two rounds apply looks at the wait Jobs again: those created
+	// meanwhile (a namespace's first ones, a moment after it opted in) get their rules with the
+	// bindings instead of a pass later.
+	var last *desiredAccess
+	failed, covered := r.apply(ctx, d.want, func() (access, bool) {
+		next, err := r.desired(ctx, idx, sc)
+		if err != nil {
+			return access{}, false
+		}
+		last = next
+		return next.want, true
+	})
+	if last != nil {
+		d = last
+	}
+	provisioned := func(j *batchv1.Job) bool {
+		return !slices.ContainsFunc(d.needs[j], func(ns string) bool { return failed[ns] != nil || !covered(ns) })
+	}
+	applyErr := errors.Join(slices.Collect(maps.Values(failed))...)
+	if err := r.resume(ctx, d.jobs, provisioned); err != nil {
+		return ctrl.Result{}, errors.Join(applyErr, err)
+	}
+	if applyErr != nil {
+		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
+	}
+	return ctrl.Result{}, r.prune(ctx, d.want)
+}
+
+// desiredAccess is the waiters' access that the wait Jobs and opted-in namespaces call for.
+type desiredAccess struct {
+	want access
+	// jobs are wavegate's wait Jobs, and needs, per Job, the namespaces whose access its waiter
+	// uses ("" = cluster-wide): its own (the ServiceAccount) and those of its members (Roles and
+	// RoleBindings).
+	jobs  []*batchv1.Job
+	needs map[*batchv1.Job][]string
+}
+
+// desired derives the access from the cache.
+func (r *RBACReconciler) desired(ctx context.Context, idx *policy.Index, sc *scope) (*desiredAccess, error) {
+	var jobs batchv1.JobList
+	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
+		return nil, err
+	}
 	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
-	var ours []*batchv1.Job
-	// needs is, per wait Job, the namespaces whose access its waiter uses ("" = cluster-wide): its
-	// own (the ServiceAccount) and those of its members (Roles and RoleBindings).
-	needs := map[*batchv1.Job][]string{}
+	d := &desiredAccess{want: want, needs: map[*batchv1.Job][]string{}}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
@@ -112,15 +155,15 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 			continue // not a wait Job wavegate made
 		}
 		want.accounts[j.Namespace] = true
-		ours = append(ours, j)
-		needs[j] = append(needs[j], j.Namespace)
+		d.jobs = append(d.jobs, j)
+		d.needs[j] = append(d.needs[j], j.Namespace)
 		for _, m := range args.Members {
 			if !r.mayWatch(ctx, idx, sc, args.Sequence, m) {
 				ctrl.LoggerFrom(ctx).Info("Not granting a wait Job access to a member its sequence may not hold",
 					"job", klog.KObj(j), "sequence", args.Sequence, "member", m.GVR.Resource+" "+m.Namespace+"/"+m.Name)
 				continue
 			}
-			needs[j] = append(needs[j], m.Namespace)
+			d.needs[j] = append(d.needs[j], m.Namespace)
 			if want.rules[m.Namespace] == nil {
 				want.rules[m.Namespace] = map[string]bool{}
 				want.subjects[m.Namespace] = map[string]bool{}
@@ -134,7 +177,7 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 				}
 				want.rules[""]["storage.k8s.io/storageclasses"] = true
 				want.subjects[""][j.Namespace] = true
-				needs[j] = append(needs[j], "")
+				d.needs[j] = append(d.needs[j], "")
 			}
 		}
 	}
@@ -144,26 +187,12 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	// ServiceAccount) while its Role is completed, instead of after three writes on an API server
 	// that is admitting the namespace's first pods.
 	if err := r.prepareOptedIn(ctx, sc, want); err != nil {
-		return ctrl.Result{}, err
+		return nil, err
 	}
 	if r.Namespace != "" {
 		want.accounts[r.Namespace] = true
 	}
-	// Each namespace is provisioned on its own, and a wait Job resumes once the namespaces it needs
-	// are: a namespace whose access cannot be written (one being deleted, a quota) holds no other
-	// tenant's waiters.
-	failed := r.apply(ctx, want)
-	provisioned := func(j *batchv1.Job) bool {
-		return !slices.ContainsFunc(needs[j], func(ns string) bool { return failed[ns] != nil })
-	}
-	applyErr := errors.Join(slices.Collect(maps.Values(failed))...)
-	if err := r.resume(ctx, ours, provisioned); err != nil {
-		return ctrl.Result{}, errors.Join(applyErr, err)
-	}
-	if applyErr != nil {
-		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
-	}
-	return ctrl.Result{}, r.prune(ctx, want)
+	return d, nil
 }
 
 // prepareOptedIn adds to want, for every opted-in namespace that is not being deleted, the
@@ -287,14 +316,18 @@ func subjects(namespaces map[string]bool) []rbacv1.Subject {
 }
 
 // apply writes the access want describes and returns, by namespace ("" = cluster-wide), what it
-// could not write. A group's waiter cannot start before its access exists, and on a busy API server
-// each round trip is tens of milliseconds of a boundary: the ServiceAccounts and roles are written
-// side by side, then the bindings (the API server checks a binding's role, which must exist).
-func (r *RBACReconciler) apply(ctx context.Context, want access) map[string]error {
+// could not write, and which namespaces it wrote all of the latest want's access for. A group's
+// waiter cannot read its members before its access exists, and on a busy API server each round
+// trip is tens of milliseconds of a boundary: the ServiceAccounts and roles are written side by
+// side, then the bindings (the API server checks a binding's role, which must exist). Before the
+// bindings, refresh gives the want of that moment: the rules it adds to the roles just written go
+// with the bindings, and what it adds elsewhere is left to the next pass (covered says which).
+func (r *RBACReconciler) apply(ctx context.Context, want access, refresh func() (access, bool)) (map[string]error, func(string) bool) {
 	var (
 		mu     sync.Mutex
 		wg     sync.WaitGroup
 		failed = map[string]error{}
+		roles  = map[string]client.Object{} // as written in the first round
 	)
 	write := func(ns string, obj client.Object, mutate func()) {
 		wg.Go(func() {
@@ -313,17 +346,34 @@ func (r *RBACReconciler) apply(ctx context.Context, want access) map[string]erro
 		rules := policyRules(res)
 		if ns == "" {
 			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
+			roles[ns] = cr
 			write(ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
 			continue
 		}
 		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
+		roles[ns] = ro
 		write(ns, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
 	}
 	wg.Wait()
+	first := want
+	if refresh != nil {
+		if next, ok := refresh(); ok {
+			want = next
+		}
+	}
 	roleFailed := maps.Clone(failed)
 	for ns := range want.rules {
-		if roleFailed[ns] != nil {
+		if roleFailed[ns] != nil || roles[ns] == nil {
 			continue
+		}
+		if rules := policyRules(want.rules[ns]); !equality.Semantic.DeepEqual(rules, policyRules(first.rules[ns])) {
+			wg.Go(func() {
+				if err := r.setRules(ctx, roles[ns], rules); err != nil {
+					mu.Lock()
+					failed[ns] = errors.Join(failed[ns], err)
+					mu.Unlock()
+				}
+			})
 		}
 		subs := subjects(want.subjects[ns])
 		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
@@ -337,7 +387,27 @@ func (r *RBACReconciler) apply(ctx context.Context, want access) map[string]erro
 		write(ns, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
 	}
 	wg.Wait()
-	return failed
+	covered := func(ns string) bool {
+		_, role := want.rules[ns]
+		return (!want.accounts[ns] || first.accounts[ns]) && (!role || roles[ns] != nil)
+	}
+	return failed, covered
+}
+
+// setRules patches the rules of a role written a moment ago (the cache may not have it yet).
+func (r *RBACReconciler) setRules(ctx context.Context, role client.Object, rules []rbacv1.PolicyRule) error {
+	base := role.DeepCopyObject().(client.Object)
+	switch ro := role.(type) {
+	case *rbacv1.Role:
+		ro.Rules = rules
+	case *rbacv1.ClusterRole:
+		ro.Rules = rules
+	}
+	if err := r.Client.Patch(ctx, role, client.MergeFrom(base)); err != nil {
+		return fmt.Errorf("provisioning waiter access %T %s: %w", role, klog.KObj(role), err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Provisioned waiter access", "object", klog.KObj(role), "result", "rules added")
+	return nil
 }
 
 func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate func()) error {

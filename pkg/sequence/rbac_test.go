@@ -354,3 +354,49 @@ func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
 		t.Errorf("after opting out (-want +got):\n%s", d)
 	}
 }
+
+// TestWaitJobCreatedDuringAPassGetsItsRules: a namespace's first wait Job is created a moment after
+// the namespace opts in, while the pass that prepares the namespace is writing its Role: that same
+// pass adds the Job's rules with the RoleBinding and resumes it, not a pass later.
+func TestWaitJobCreatedDuringAPassGetsItsRules(t *testing.T) {
+	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
+		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+	}
+	var once sync.Once
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*rbacv1.Role); ok {
+				// The sequence controller creates the Job while the Role is being written.
+				once.Do(func() {
+					if err := c.Create(ctx, job.DeepCopy()); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	r := &RBACReconciler{Client: c}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: WaiterServiceAccount}, role); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}}
+	if d := cmp.Diff(want, role.Rules); d != "" {
+		t.Errorf("the Role's rules after one pass (-want +got):\n%s", d)
+	}
+	got := &batchv1.Job{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Deref(got.Spec.Suspend, false) {
+		t.Error("the wait Job is still suspended after the pass that provisioned its access")
+	}
+}
