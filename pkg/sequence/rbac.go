@@ -45,9 +45,10 @@ import (
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
 // get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and a
 // ClusterRole for cluster-scoped members. Every opted-in namespace has its ServiceAccount and its
-// Role (without rules while no wait Job needs any) and RoleBinding before its first wait Job. Everything is derived from the wait Jobs themselves,
-// and a tenant can create a Job that looks like one: so a Job is provisioned only in wavegate's own
-// namespace or in an opted-in namespace that may join the Job's sequence, and only for members that
+// Role (without rules while no wait Job needs any) and RoleBinding before its first wait Job. The
+// rest is derived from the wait Jobs themselves, and a tenant can create a Job that looks like
+// one: so a Job is provisioned only in wavegate's own namespace or in an opted-in namespace that
+// may join the Job's sequence, and only for members that
 // the sequence may hold (an opted-in namespace that may join it; a cluster-scoped kind, for a
 // shared sequence declared clusterScoped). Nothing a tenant writes grants access to another
 // namespace, or cluster-wide.
