@@ -30,17 +30,29 @@ import (
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
+// suspendedWaitJob is a wait Job of group web as the sequence controller creates it where the
+// waiter's ServiceAccount does not exist yet: labeled, suspended, its waiter's arguments naming
+// members.
+func suspendedWaitJob(name, ns, seq string, created time.Time, members ...waiter.Member) *batchv1.Job {
+	args := waiter.Args{Sequence: seq, Group: "web", Members: members}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq},
+			CreationTimestamp: metav1.NewTime(created)},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
+	}
+}
+
+// webMember is the Deployment web of namespace ns, as a waiter's member.
+func webMember(ns string) waiter.Member {
+	return waiter.Member{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: ns, Name: "web"}
+}
+
 // TestWaitJobResumesAfterItsAccess: a wait Job is created suspended and the waiter-RBAC controller
 // resumes it only after it has written the ServiceAccount, Role and RoleBinding its waiter needs:
 // a pod started before would be refused (no ServiceAccount) or its waiter denied its first LISTs.
 func TestWaitJobResumesAfterItsAccess(t *testing.T) {
-	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
-		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"}},
-		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
-	}
+	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Time{}, webMember("shop"))
 	var (
 		mu    sync.Mutex
 		calls []string
@@ -102,15 +114,8 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 // Job is not held suspended for ever (its deadline would never run and its group never time out):
 // after ResumeAnywayAfter it is resumed, and a Job created a moment ago stays suspended.
 func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
-	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
-		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
 	job := func(name string, created time.Time) *batchv1.Job {
-		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"},
-				CreationTimestamp: metav1.NewTime(created)},
-			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
-		}
+		return suspendedWaitJob(name, "shop", "shop", created, webMember("shop"))
 	}
 	old, fresh := job("old", time.Now().Add(-2*ResumeAnywayAfter)), job("fresh", time.Now())
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(old, fresh).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
@@ -144,14 +149,7 @@ func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
 // (nothing can be created there) is no error at all.
 func TestWaitJobAccessIsPerNamespace(t *testing.T) {
 	job := func(ns string) *batchv1.Job {
-		args := waiter.Args{Sequence: ns, Group: "web", Members: []waiter.Member{
-			{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: ns, Name: "web"}}}
-		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: ns},
-				CreationTimestamp: metav1.Now()},
-			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
-		}
+		return suspendedWaitJob("wavegate-wait-web-0123456789", ns, ns, time.Now(), webMember(ns))
 	}
 	refused, terminating, fine := job("refused"), job("terminating"), job("fine")
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(refused, terminating, fine).WithObjects(optedIn("refused", "terminating", "fine")...).Build(), interceptor.Funcs{
@@ -222,13 +220,7 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 		return schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
 	}
 	job := func(ns, seq string, ms ...waiter.Member) *batchv1.Job {
-		args := waiter.Args{Sequence: seq, Group: "web", Members: ms}
-		return &batchv1.Job{
-			ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-" + strings.ReplaceAll(seq, ".", "-"), Namespace: ns,
-				Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}, CreationTimestamp: metav1.Now()},
-			Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
-		}
+		return suspendedWaitJob("wavegate-wait-web-"+strings.ReplaceAll(seq, ".", "-"), ns, seq, time.Now(), ms...)
 	}
 	jobs := []client.Object{
 		// Tenant a's own Job reaches into tenant b and cluster-wide.
@@ -359,13 +351,7 @@ func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
 // the namespace opts in, while the pass that prepares the namespace is writing its Role: that same
 // pass adds the Job's rules with the RoleBinding and resumes it, not a pass later.
 func TestWaitJobCreatedDuringAPassGetsItsRules(t *testing.T) {
-	args := waiter.Args{Sequence: "shop", Group: "web", Members: []waiter.Member{
-		{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web"}}}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "wavegate-wait-web-0123456789", Namespace: "shop", Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: "shop"}},
-		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "wait", Args: args.Encode()}}}}},
-	}
+	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Time{}, webMember("shop"))
 	var once sync.Once
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {

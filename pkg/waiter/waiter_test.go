@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -170,8 +171,15 @@ func TestWaitStorageClassesForbiddenThenAllowed(t *testing.T) {
 		return true, nil, forbidden()
 	})
 	out := newOutput("could not be read")
+	waitThroughForbidden(t, client, options(t, out, 30*time.Second, claim), out, &allowed)
+}
+
+// waitThroughForbidden runs Wait while it is forbidden to read, until out shows what it watches
+// for; then allows the reads and expects Wait to return nil.
+func waitThroughForbidden(t *testing.T, client dynamic.Interface, o Options, out *output, allowed *atomic.Bool) {
+	t.Helper()
 	done := make(chan error, 1)
-	go func() { done <- Wait(context.Background(), client, options(t, out, 30*time.Second, claim)) }()
+	go func() { done <- Wait(context.Background(), client, o) }()
 	select {
 	case <-out.seen:
 	case err := <-done:
@@ -200,7 +208,7 @@ func TestWaitWithoutClaimsDoesNotReadStorageClasses(t *testing.T) {
 }
 
 // The waiter's pod may start before wavegate's manager has granted it its Role: it waits for its
-// access by retrying a small LIST at short intervals, says so, and does not wait out an
+// access by retrying its first LIST at short intervals, says so, and does not wait out an
 // informer's back-off (0.8 s and more) once the access exists.
 func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
 	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -215,19 +223,7 @@ func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
 			errors.New(`User "system:serviceaccount:ns:wavegate-waiter" cannot list resource "configmaps"`))
 	})
 	out := newOutput("waiting for access to list configmaps in namespace ns")
-	done := make(chan error, 1)
-	go func() {
-		done <- Wait(context.Background(), client, options(t, out, 30*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"}))
-	}()
-	select {
-	case <-out.seen:
-	case err := <-done:
-		t.Fatalf("Wait() = %v while forbidden; output:\n%s", err, out)
-	}
-	allowed.Store(true)
-	if err := <-done; err != nil {
-		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
-	}
+	waitThroughForbidden(t, client, options(t, out, 30*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"}), out, &allowed)
 	if !strings.Contains(out.String(), "may list configmaps in namespace ns now") {
 		t.Errorf("output does not say the access came:\n%s", out)
 	}

@@ -53,14 +53,23 @@ func serial(t *testing.T, path string) string {
 	return c.SerialNumber.String()
 }
 
+// apiServer starts a real API server for one test, stopped when the test ends, and returns a
+// context that ends before it and a clientset.
+func apiServer(t *testing.T) (context.Context, *kubernetes.Clientset) {
+	t.Helper()
+	env, err := framework.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return ctx, kubernetes.NewForConfigOrDie(env.Config)
+}
+
 func TestRotationWithoutFailedAdmissions(t *testing.T) {
 	g := NewWithT(t)
-	env, err := framework.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = env.Stop() }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ctx, cs := apiServer(t)
 
 	// A fail-closed webhook for ConfigMaps of one namespace, served by wavegate's handler over a
 	// certificate that rotates every few seconds.
@@ -78,7 +87,7 @@ func TestRotationWithoutFailedAdmissions(t *testing.T) {
 			TimeoutSeconds:          ptr.To[int32](5),
 		}},
 	}
-	_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{})
+	_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rotation", Labels: map[string]string{"rotation": "true"}}}
 	_, err = cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
@@ -115,17 +124,12 @@ func TestRotationWithoutFailedAdmissions(t *testing.T) {
 // (a reinstall after `wavegate uninstall`, say) gets the CA at once, not at the next hourly check.
 func TestReinjectsARecreatedConfiguration(t *testing.T) {
 	g := NewWithT(t)
-	env, err := framework.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = env.Stop() }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ctx, cs := apiServer(t)
 	hook := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 		return idleValidatingWebhook("reinject")
 	}
 	vwc := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	_, err = vwc.Create(ctx, hook(), metav1.CreateOptions{})
+	_, err := vwc.Create(ctx, hook(), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"reinject-test"}, Check: time.Hour}
@@ -151,18 +155,13 @@ func TestReinjectsARecreatedConfiguration(t *testing.T) {
 // fresh install also its roles): Issue retries instead of failing the manager's start.
 func TestIssueWaitsForItsConfiguration(t *testing.T) {
 	g := NewWithT(t)
-	env, err := framework.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = env.Stop() }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ctx, cs := apiServer(t)
 	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"late-test"}}
 	issued := make(chan error, 1)
 	go func() { issued <- sm.Issue(ctx, 30*time.Second) }()
 	g.Consistently(issued).WithTimeout(time.Second).ShouldNot(Receive(), "issued without its webhook configuration")
-	_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, idleValidatingWebhook("late"), metav1.CreateOptions{})
+	_, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, idleValidatingWebhook("late"), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(issued).WithTimeout(15 * time.Second).Should(Receive(BeNil()))
 

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -283,5 +284,50 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 		case <-deadline:
 			return
 		}
+	}
+}
+
+// TestWaiterAccessFollowsOptIn: against a real API server (which checks a RoleBinding's role),
+// a namespace gets its waiter's ServiceAccount, a Role without rules and its RoleBinding when it
+// opts in; its first wait Job then starts unsuspended and the Role gains exactly its members'
+// kinds; opted out, the namespace loses all of it.
+func TestWaiterAccessFollowsOptIn(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	key := client.ObjectKey{Namespace: ns, Name: sequence.WaiterServiceAccount}
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, key, &corev1.ServiceAccount{})).To(Succeed())
+		ro := &rbacv1.Role{}
+		g.Expect(env.Client.Get(ctx, key, ro)).To(Succeed())
+		g.Expect(ro.Rules).To(BeEmpty(), "a Role with rules before any wait Job")
+		rb := &rbacv1.RoleBinding{}
+		g.Expect(env.Client.Get(ctx, key, rb)).To(Succeed())
+		g.Expect(rb.Subjects).To(ConsistOf(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sequence.WaiterServiceAccount, Namespace: ns}))
+	}).WithTimeout(timeout).Should(Succeed())
+
+	// The wait Job as it was created (a resume a moment later would look the same afterwards).
+	jobs, err := kubernetes.NewForConfigOrDie(env.Config).BatchV1().Jobs(ns).Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer jobs.Stop()
+	db := statefulSet(ns, "db", member("database", 1))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	var ev watch.Event
+	g.Eventually(jobs.ResultChan()).WithTimeout(timeout).Should(Receive(&ev))
+	g.Expect(ev.Type).To(Equal(watch.Added))
+	g.Expect(ev.Object.(*batchv1.Job).Spec.Suspend).To(HaveValue(BeFalse()), "the wait Job was created to wait for access its namespace already had")
+	g.Eventually(func(g Gomega) []rbacv1.PolicyRule {
+		ro := &rbacv1.Role{}
+		g.Expect(env.Client.Get(ctx, key, ro)).To(Succeed())
+		return ro.Rules
+	}).WithTimeout(timeout).Should(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get", "list", "watch"}}))
+
+	n := &corev1.Namespace{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+	delete(n.Labels, keys.EnabledLabel)
+	g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		g.Eventually(func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, key, o)) }).WithTimeout(timeout).
+			Should(BeTrue(), "%T stays in a namespace that opted out", o)
 	}
 }
