@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -61,21 +62,34 @@ type RBACReconciler struct {
 	Namespace string
 }
 
-// SetupWithManager registers the controller under one key: the whole set is derived together.
+// The controller's two keys. A pass of rolesKey writes the ServiceAccounts and roles, resumes the
+// wait Jobs whose access is complete and prunes what nothing needs; a pass of bindingsKey writes
+// the bindings. Each is derived from the whole set, and they run side by side: on a busy API server
+// a binding's write, like a role's whose rules change, takes 100-250 ms (the API server checks that
+// the writer holds what the role grants, with consistent reads of every binding). A namespace that
+// opts in with its app (one kubectl apply) then has its first waiter's rules written while its
+// binding is in flight, instead of a pass after it.
+const (
+	rolesKey    = "waiters"
+	bindingsKey = "waiter-bindings"
+)
+
+// SetupWithManager registers the controller: every change enqueues both keys.
 func (r *RBACReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: "waiters"}}}
+	both := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: rolesKey}}, {NamespacedName: client.ObjectKey{Name: bindingsKey}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("waiter-rbac").
-		Watches(&batchv1.Job{}, one).
-		Watches(&rbacv1.Role{}, one).
-		Watches(&rbacv1.RoleBinding{}, one).
-		Watches(&corev1.ServiceAccount{}, one).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		Watches(&batchv1.Job{}, both).
+		Watches(&rbacv1.Role{}, both).
+		Watches(&rbacv1.RoleBinding{}, both).
+		Watches(&corev1.ServiceAccount{}, both).
 		// A namespace that opts in (or out) gets (or loses) its waiter's ServiceAccount and Role.
-		Watches(&corev1.Namespace{}, one, builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		Watches(&rbacv1.ClusterRole{}, one).
-		Watches(&rbacv1.ClusterRoleBinding{}, one).
+		Watches(&corev1.Namespace{}, both, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(&rbacv1.ClusterRole{}, both).
+		Watches(&rbacv1.ClusterRoleBinding{}, both).
 		Complete(r)
 }
 
@@ -86,7 +100,7 @@ type access struct {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+func (r *RBACReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var idx *policy.Index
 	if r.Policies != nil {
 		if idx = r.Policies.Index(); idx == nil {
@@ -98,34 +112,31 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if req.Name == bindingsKey {
+		return ctrl.Result{}, r.bind(ctx, d.want)
+	}
 	// Each namespace is provisioned on its own, and a wait Job resumes once the namespaces it needs
 	// are: a namespace whose access cannot be written (one being deleted, a quota) holds no other
-	// tenant's waiters. Between its two rounds apply looks at the wait Jobs again: those created
-	// meanwhile (a namespace's first ones, a moment after it opted in) get their rules with the
-	// bindings instead of a pass later.
-	var last *desiredAccess
-	failed, covered := r.apply(ctx, d.want, func() (access, bool) {
-		next, err := r.desired(ctx, idx, sc)
-		if err != nil {
-			return access{}, false
-		}
-		last = next
-		return next.want, true
-	})
-	if last != nil {
-		d = last
-	}
+	// tenant's waiters.
+	failed, gone := r.writeRoles(ctx, d.want)
 	provisioned := func(j *batchv1.Job) bool {
-		return !slices.ContainsFunc(d.needs[j], func(ns string) bool { return failed[ns] != nil || !covered(ns) })
+		return !slices.ContainsFunc(d.needs[j], func(ns string) bool {
+			if gone[ns] {
+				return false // being deleted, and its wait Jobs with it: nothing to wait for
+			}
+			_, role := d.want.rules[ns]
+			return failed[ns] != nil || role && !r.bound(ctx, ns, j.Namespace)
+		})
 	}
 	applyErr := errors.Join(slices.Collect(maps.Values(failed))...)
-	if err := r.resume(ctx, d.jobs, provisioned); err != nil {
+	again, err := r.resume(ctx, d.jobs, provisioned)
+	if err != nil {
 		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
 	if applyErr != nil {
 		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
 	}
-	return ctrl.Result{}, r.prune(ctx, d.want)
+	return ctrl.Result{RequeueAfter: again}, r.prune(ctx, d.want)
 }
 
 // desiredAccess is the waiters' access that the wait Jobs and opted-in namespaces call for.
@@ -254,18 +265,25 @@ func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *sc
 // timing out. Resumed, its waiter fails or times out as the group's policy says.
 const ResumeAnywayAfter = 30 * time.Second
 
-// resume starts the wait Jobs that were created suspended (see createJob): all of them once apply
-// has provisioned their access, and those suspended for ResumeAnywayAfter when it has not. A Job's
-// deadline, if armed, counts from its start (the Job controller resets startTime when a Job
-// resumes).
-func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provisionedFor func(*batchv1.Job) bool) error {
+// resume starts the wait Jobs that were created suspended (see createJob): all of them once their
+// access exists, and those suspended for ResumeAnywayAfter when it does not. A Job's deadline, if
+// armed, counts from its start (the Job controller resets startTime when a Job resumes). It
+// returns when to come back for a Job it left suspended (zero: none).
+func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provisionedFor func(*batchv1.Job) bool) (time.Duration, error) {
+	var again time.Duration
 	for _, j := range jobs {
+		if j.Spec.Suspend == nil || !*j.Spec.Suspend {
+			continue
+		}
 		provisioned := provisionedFor(j)
-		if j.Spec.Suspend == nil || !*j.Spec.Suspend || !provisioned && time.Since(j.CreationTimestamp.Time) < ResumeAnywayAfter {
+		if wait := ResumeAnywayAfter - time.Since(j.CreationTimestamp.Time); !provisioned && wait > 0 {
+			if again == 0 || wait < again {
+				again = wait
+			}
 			continue
 		}
 		if _, err := patchJSON(ctx, r.Client, j, patch.Add("/spec/suspend", false)); err != nil {
-			return fmt.Errorf("resuming wait Job %s: %w", klog.KObj(j), err)
+			return 0, fmt.Errorf("resuming wait Job %s: %w", klog.KObj(j), err)
 		}
 		if provisioned {
 			ctrl.LoggerFrom(ctx).V(1).Info("Resumed wait Job: its waiter's access exists", "job", klog.KObj(j))
@@ -273,7 +291,7 @@ func (r *RBACReconciler) resume(ctx context.Context, jobs []*batchv1.Job, provis
 			ctrl.LoggerFrom(ctx).Info("Resumed wait Job although its waiter's access could not be provisioned", "job", klog.KObj(j), "after", ResumeAnywayAfter)
 		}
 	}
-	return nil
+	return again, nil
 }
 
 func managedLabels() map[string]string {
@@ -316,114 +334,126 @@ func subjects(namespaces map[string]bool) []rbacv1.Subject {
 	return out
 }
 
-// apply writes the access want describes and returns, by namespace ("" = cluster-wide), what it
-// could not write, and which namespaces it wrote all of the latest want's access for. A group's
-// waiter cannot read its members before its access exists, and on a busy API server each round
-// trip is tens of milliseconds of a boundary: the ServiceAccounts and roles are written side by
-// side, then the bindings (the API server checks a binding's role, which must exist). Before the
-// bindings, refresh gives the want of that moment: the rules it adds to the roles just written go
-// with the bindings, and what it adds elsewhere is left to the next pass (covered says which).
-func (r *RBACReconciler) apply(ctx context.Context, want access, refresh func() (access, bool)) (map[string]error, func(string) bool) {
-	var (
-		mu     sync.Mutex
-		wg     sync.WaitGroup
-		failed = map[string]error{}
-		roles  = map[string]client.Object{} // as written in the first round
-	)
-	write := func(ns string, obj client.Object, mutate func()) {
-		wg.Go(func() {
-			if err := r.upsert(ctx, obj, mutate); err != nil {
-				mu.Lock()
-				failed[ns] = errors.Join(failed[ns], err)
-				mu.Unlock()
-			}
-		})
-	}
+// writeRoles writes the ServiceAccounts and roles want describes, side by side, and returns, by
+// namespace ("" = cluster-wide), what it could not write and which namespaces are being deleted
+// (nothing can be created there, and nothing needs to be).
+func (r *RBACReconciler) writeRoles(ctx context.Context, want access) (failed map[string]error, gone map[string]bool) {
+	w := newWrites(ctx)
 	for ns := range want.accounts {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		write(ns, sa, func() { sa.Labels = managedLabels() })
+		w.upsert(r, ns, sa, func() { sa.Labels = managedLabels() })
 	}
 	for ns, res := range want.rules {
 		rules := policyRules(res)
 		if ns == "" {
 			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			roles[ns] = cr
-			write(ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
+			w.upsert(r, ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
 			continue
 		}
 		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		roles[ns] = ro
-		write(ns, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
+		w.upsert(r, ns, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
 	}
-	wg.Wait()
-	first := want
-	if refresh != nil {
-		if next, ok := refresh(); ok {
-			want = next
-		}
-	}
-	roleFailed := maps.Clone(failed)
+	return w.wait()
+}
+
+// bind writes the bindings want describes, side by side, for the roles the cache has (the API
+// server checks a binding's role, which must exist; its creation brings this pass back).
+func (r *RBACReconciler) bind(ctx context.Context, want access) error {
+	w := newWrites(ctx)
 	for ns := range want.rules {
-		if roleFailed[ns] != nil || roles[ns] == nil {
-			continue
-		}
-		if rules := policyRules(want.rules[ns]); !equality.Semantic.DeepEqual(rules, policyRules(first.rules[ns])) {
-			wg.Go(func() {
-				if err := r.setRules(ctx, roles[ns], rules); err != nil {
-					mu.Lock()
-					failed[ns] = errors.Join(failed[ns], err)
-					mu.Unlock()
-				}
-			})
-		}
 		subs := subjects(want.subjects[ns])
 		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
 		if ns == "" {
+			if !r.cached(ctx, &rbacv1.ClusterRole{}, client.ObjectKey{Name: WaiterServiceAccount}) {
+				continue
+			}
 			roleRef.Kind = "ClusterRole"
 			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			write(ns, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs })
+			w.upsert(r, ns, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs })
+			continue
+		}
+		if !r.cached(ctx, &rbacv1.Role{}, client.ObjectKey{Namespace: ns, Name: WaiterServiceAccount}) {
 			continue
 		}
 		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		write(ns, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
+		w.upsert(r, ns, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
 	}
-	wg.Wait()
-	covered := func(ns string) bool {
-		_, role := want.rules[ns]
-		return (!want.accounts[ns] || first.accounts[ns]) && (!role || roles[ns] != nil)
-	}
-	return failed, covered
+	failed, _ := w.wait()
+	return errors.Join(slices.Collect(maps.Values(failed))...)
 }
 
-// setRules patches the rules of a role written a moment ago (the cache may not have it yet).
-func (r *RBACReconciler) setRules(ctx context.Context, role client.Object, rules []rbacv1.PolicyRule) error {
-	base := role.DeepCopyObject().(client.Object)
-	switch ro := role.(type) {
-	case *rbacv1.Role:
-		ro.Rules = rules
-	case *rbacv1.ClusterRole:
-		ro.Rules = rules
-	}
-	if err := r.Client.Patch(ctx, role, client.MergeFrom(base)); err != nil {
-		return fmt.Errorf("provisioning waiter access %T %s: %w", role, klog.KObj(role), err)
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Provisioned waiter access", "object", klog.KObj(role), "result", "rules added")
-	return nil
+func (r *RBACReconciler) cached(ctx context.Context, obj client.Object, key client.ObjectKey) bool {
+	return r.Client.Get(ctx, key, obj) == nil && obj.GetDeletionTimestamp() == nil
 }
 
-func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate func()) error {
+// bound reports whether the cache shows the binding of namespace ns ("" = cluster-wide) granting
+// its waiter role to the ServiceAccount of namespace jobNS.
+func (r *RBACReconciler) bound(ctx context.Context, ns, jobNS string) bool {
+	var ref rbacv1.RoleRef
+	var subs []rbacv1.Subject
+	if ns == "" {
+		crb := &rbacv1.ClusterRoleBinding{}
+		if !r.cached(ctx, crb, client.ObjectKey{Name: WaiterServiceAccount}) {
+			return false
+		}
+		ref, subs = crb.RoleRef, crb.Subjects
+	} else {
+		rb := &rbacv1.RoleBinding{}
+		if !r.cached(ctx, rb, client.ObjectKey{Namespace: ns, Name: WaiterServiceAccount}) {
+			return false
+		}
+		ref, subs = rb.RoleRef, rb.Subjects
+	}
+	return ref.Name == WaiterServiceAccount && slices.Contains(subs,
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WaiterServiceAccount, Namespace: jobNS})
+}
+
+// writes runs upserts side by side and collects their outcome by namespace.
+type writes struct {
+	ctx    context.Context
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	failed map[string]error
+	gone   map[string]bool
+}
+
+func newWrites(ctx context.Context) *writes {
+	return &writes{ctx: ctx, failed: map[string]error{}, gone: map[string]bool{}}
+}
+
+func (w *writes) upsert(r *RBACReconciler, ns string, obj client.Object, mutate func()) {
+	w.wg.Go(func() {
+		gone, err := r.upsert(w.ctx, obj, mutate)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			w.failed[ns] = errors.Join(w.failed[ns], err)
+		}
+		if gone {
+			w.gone[ns] = true
+		}
+	})
+}
+
+func (w *writes) wait() (map[string]error, map[string]bool) {
+	w.wg.Wait()
+	return w.failed, w.gone
+}
+
+// upsert creates or patches obj; gone reports that its namespace is being deleted.
+func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate func()) (gone bool, err error) {
 	before := obj.DeepCopyObject()
 	res, err := controllerutil.CreateOrPatch(ctx, r.Client, obj, func() error { mutate(); return nil })
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-		return nil // the namespace is being deleted, and its wait Jobs with it: nothing to provision
+		return true, nil // the namespace is being deleted, and its wait Jobs with it: nothing to provision
 	}
 	if err != nil {
-		return fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)
+		return false, fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)
 	}
 	if res != controllerutil.OperationResultNone && !equality.Semantic.DeepEqual(before, obj) {
 		ctrl.LoggerFrom(ctx).V(1).Info("Provisioned waiter access", "object", klog.KObj(obj), "result", res)
 	}
-	return nil
+	return false, nil
 }
 
 // prune deletes provisioned objects nothing needs any more.

@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,6 +44,18 @@ func suspendedWaitJob(name, ns, seq string, created time.Time, members ...waiter
 	}
 }
 
+// reconcileAll runs the controller's passes as its queue runs them after a change: roles,
+// bindings (for the roles that exist), then roles again (which resumes the Jobs whose bindings now
+// exist). It returns their errors together.
+func reconcileAll(r *RBACReconciler) error {
+	var errs []error
+	for _, key := range []string{rolesKey, bindingsKey, rolesKey} {
+		_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Name: key}})
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // webMember is the Deployment web of namespace ns, as a waiter's member.
 func webMember(ns string) waiter.Member {
 	return waiter.Member{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: ns, Name: "web"}
@@ -52,7 +65,7 @@ func webMember(ns string) waiter.Member {
 // resumes it only after it has written the ServiceAccount, Role and RoleBinding its waiter needs:
 // a pod started before would be refused (no ServiceAccount) or its waiter denied its first LISTs.
 func TestWaitJobResumesAfterItsAccess(t *testing.T) {
-	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Time{}, webMember("shop"))
+	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Now(), webMember("shop"))
 	var (
 		mu    sync.Mutex
 		calls []string
@@ -73,7 +86,7 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 		},
 	})
 	r := &RBACReconciler{Client: c}
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
@@ -82,8 +95,8 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 		"create *v1.ServiceAccount " + WaiterServiceAccount,
 		"patch *v1.Job " + job.Name,
 	}
-	// The access is written side by side, the binding after its Role (the API server checks the
-	// role a binding grants), and the Job is resumed after all of it.
+	// The binding is written after its Role (the API server checks the role a binding grants), and
+	// the Job is resumed after all of it.
 	if slices.Index(calls, want[1]) < slices.Index(calls, want[0]) {
 		t.Errorf("the RoleBinding was created before its Role: %q", calls)
 	}
@@ -100,9 +113,9 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 	if got.Spec.Suspend == nil || *got.Spec.Suspend {
 		t.Errorf("the wait Job is still suspended: %v", got.Spec.Suspend)
 	}
-	// A second pass changes nothing.
+	// More passes change nothing.
 	calls = nil
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	if len(calls) != 0 {
@@ -127,7 +140,7 @@ func TestWaitJobResumesAnywayWhenAccessFails(t *testing.T) {
 		},
 	})
 	r := &RBACReconciler{Client: c}
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err == nil {
+	if err := reconcileAll(r); err == nil {
 		t.Fatal("Reconcile returned no error although the Role could not be created")
 	}
 	for _, tc := range []struct {
@@ -166,7 +179,7 @@ func TestWaitJobAccessIsPerNamespace(t *testing.T) {
 		},
 	})
 	r := &RBACReconciler{Client: c}
-	_, err := r.Reconcile(context.Background(), ctrl.Request{})
+	err := reconcileAll(r)
 	if err == nil || !apierrors.IsForbidden(err) {
 		t.Fatalf("Reconcile returned %v, want the refused Role's error", err)
 	}
@@ -243,7 +256,7 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
 		Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true}}}}})
 	r := &RBACReconciler{Client: c, Policies: fixedPolicies{idx}, Namespace: "wavegate-system"}
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}
@@ -294,7 +307,7 @@ func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(optedIn("shop")...).WithObjects(outside).Build()
 	r := &RBACReconciler{Client: c, Namespace: "wavegate-system"}
 	ctx := context.Background()
-	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	type found struct{ Accounts, Roles, Bindings []string }
@@ -339,7 +352,7 @@ func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
 	if err := c.Update(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Reconcile(ctx, ctrl.Request{}); err != nil {
+	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	if d := cmp.Diff(found{Accounts: []string{"wavegate-system/wavegate-waiter"}}, list()); d != "" {
@@ -347,42 +360,74 @@ func TestWaiterAccessPreparedBeforeItsFirstJob(t *testing.T) {
 	}
 }
 
-// TestWaitJobCreatedDuringAPassGetsItsRules: a namespace's first wait Job is created a moment after
-// the namespace opts in, while the pass that prepares the namespace is writing its Role: that same
-// pass adds the Job's rules with the RoleBinding and resumes it, not a pass later.
-func TestWaitJobCreatedDuringAPassGetsItsRules(t *testing.T) {
-	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Time{}, webMember("shop"))
+// TestRulesWrittenWhileTheBindingIsInFlight: a namespace's first wait Job appears a moment after the
+// namespace opts in, while its RoleBinding is being written (100-250 ms on a busy API server, which
+// checks the role against the writer's own access). The pass that writes the Job's rules into the
+// Role does not wait for that binding, and the Job resumes once both exist.
+func TestRulesWrittenWhileTheBindingIsInFlight(t *testing.T) {
+	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Now(), webMember("shop"))
+	inFlight, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(optedIn("shop")...).Build(), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if _, ok := obj.(*rbacv1.Role); ok {
-				// The sequence controller creates the Job while the Role is being written.
-				once.Do(func() {
-					if err := c.Create(ctx, job.DeepCopy()); err != nil {
-						t.Error(err)
-					}
-				})
+			if _, ok := obj.(*rbacv1.RoleBinding); ok {
+				once.Do(func() { close(inFlight) })
+				select {
+				case <-done:
+				case <-time.After(5 * time.Second):
+					t.Error("the Role's rules were not written while its RoleBinding was in flight")
+				}
 			}
 			return c.Create(ctx, obj, opts...)
 		},
 	})
 	r := &RBACReconciler{Client: c}
-	if _, err := r.Reconcile(context.Background(), ctrl.Request{}); err != nil {
+	ctx := context.Background()
+	pass := func(key string) error {
+		_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: key}})
+		return err
+	}
+	// The namespace opts in: its ServiceAccount and Role, then its binding, which hangs.
+	if err := pass(rolesKey); err != nil {
+		t.Fatal(err)
+	}
+	bound := make(chan error)
+	go func() { bound <- pass(bindingsKey) }()
+	<-inFlight
+	// The sequence controller creates the namespace's first wait Job.
+	if err := c.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := pass(rolesKey); err != nil {
 		t.Fatal(err)
 	}
 	role := &rbacv1.Role{}
-	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: WaiterServiceAccount}, role); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: WaiterServiceAccount}, role); err != nil {
 		t.Fatal(err)
 	}
 	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}}
 	if d := cmp.Diff(want, role.Rules); d != "" {
-		t.Errorf("the Role's rules after one pass (-want +got):\n%s", d)
+		t.Errorf("the Role's rules while its binding is in flight (-want +got):\n%s", d)
 	}
-	got := &batchv1.Job{}
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+	suspended := func() bool {
+		got := &batchv1.Job{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+			t.Fatal(err)
+		}
+		return ptr.Deref(got.Spec.Suspend, false)
+	}
+	if !suspended() {
+		t.Error("the wait Job was resumed before its RoleBinding existed")
+	}
+	close(done)
+	if err := <-bound; err != nil {
 		t.Fatal(err)
 	}
-	if ptr.Deref(got.Spec.Suspend, false) {
-		t.Error("the wait Job is still suspended after the pass that provisioned its access")
+	// The binding's creation brings the roles pass back, which resumes the Job.
+	if err := pass(rolesKey); err != nil {
+		t.Fatal(err)
+	}
+	if suspended() {
+		t.Error("the wait Job is still suspended although its access exists")
 	}
 }
