@@ -197,7 +197,7 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
-		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name})
+		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name, UID: m.UID, Generation: m.Generation})
 		if m.Namespace == "" || m.Namespace == g.JobNamespace {
 			owners = append(owners, metav1.OwnerReference{APIVersion: m.APIVersion, Kind: m.Kind, Name: m.Name, UID: m.UID})
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/teardown"
+	"wavegate.io/wavegate/pkg/waiter"
 )
 
 // TestCreateJobInTerminatingNamespace: a namespace being deleted takes no new wait Job, and that
@@ -200,5 +202,24 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 		if later, j = pass(false); j.Spec.ActiveDeadlineSeconds == nil || reads != 1 || later != 0 {
 			t.Errorf("%s: deadline %v, %d reads, back in %s; want armed", name, j.Spec.ActiveDeadlineSeconds, reads, later)
 		}
+	}
+}
+
+// TestWaitJobNamesThePlannedObjects: a wait Job tells its waiter which object of each member the
+// group was planned with (UID and generation), so that a view from a lagging API server cache (an
+// older generation, or the object a recreated member replaced) does not count as ready.
+func TestWaitJobNamesThePlannedObjects(t *testing.T) {
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	r := &Reconciler{Image: "wavegate:test"}
+	g := &Group{Name: "web", JobName: "wavegate-wait-web-0123456789", JobNamespace: "shop",
+		Members: []Member{{GVR: deployments, Namespace: "shop", Name: "web", UID: "u1", Generation: 3}}}
+	job := r.waitJob("shop", g)
+	args, err := waiter.ParseArgs(job.Spec.Template.Spec.Containers[0].Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []waiter.Member{{GVR: deployments, Namespace: "shop", Name: "web", UID: "u1", Generation: 3}}
+	if d := cmp.Diff(want, args.Members); d != "" {
+		t.Errorf("the waiter's members (-want +got):\n%s", d)
 	}
 }

@@ -50,7 +50,7 @@ func (a *Args) AddFlags(fs *pflag.FlagSet) *RawArgs {
 	raw := &RawArgs{}
 	fs.StringVar(&a.Sequence, "sequence", "", "the sequence")
 	fs.StringVar(&a.Group, "group", "", "the group")
-	fs.StringArrayVar(&raw.members, "member", nil, "a member to wait for: group/version/resource/namespace/name (repeatable)")
+	fs.StringArrayVar(&raw.members, "member", nil, "a member to wait for: group/version/resource/namespace/name, then /uid/generation of the planned object (repeatable)")
 	fs.StringVar(&raw.readiness, "readiness", "", "the policy's readiness settings as JSON")
 	fs.DurationVar(&a.Timeout, "timeout", 0, "give up after this long (exit 2)")
 	return raw

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -61,25 +64,43 @@ func ExitCode(err error) int {
 	}
 }
 
-// Member is one object to wait for.
+// Member is one object to wait for: the object wavegate planned the group with, when UID and
+// Generation are set. A view of it from an API server that has not seen that revision yet (another
+// replica's watch cache, lagging) has another UID or an older generation, and is not ready.
 type Member struct {
 	GVR       schema.GroupVersionResource
 	Namespace string
 	Name      string
+	// UID and Generation are the object's when the group was planned (empty, 0: any).
+	UID        types.UID
+	Generation int64
 }
 
-// String is the --member form: group/version/resource/namespace/name.
+// String is the --member form: group/version/resource/namespace/name, then /uid/generation when
+// known (names cannot contain "/").
 func (m Member) String() string {
-	return strings.Join([]string{m.GVR.Group, m.GVR.Version, m.GVR.Resource, m.Namespace, m.Name}, "/")
+	parts := []string{m.GVR.Group, m.GVR.Version, m.GVR.Resource, m.Namespace, m.Name}
+	if m.UID != "" || m.Generation != 0 {
+		parts = append(parts, string(m.UID), strconv.FormatInt(m.Generation, 10))
+	}
+	return strings.Join(parts, "/")
 }
 
 // ParseMember parses the --member form.
 func ParseMember(s string) (Member, error) {
 	p := strings.Split(s, "/")
-	if len(p) != 5 || p[1] == "" || p[2] == "" || p[4] == "" {
-		return Member{}, fmt.Errorf("member %q is not group/version/resource/namespace/name", s)
+	if len(p) != 5 && len(p) != 7 || p[1] == "" || p[2] == "" || p[4] == "" {
+		return Member{}, fmt.Errorf("member %q is not group/version/resource/namespace/name[/uid/generation]", s)
 	}
-	return Member{GVR: schema.GroupVersionResource{Group: p[0], Version: p[1], Resource: p[2]}, Namespace: p[3], Name: p[4]}, nil
+	m := Member{GVR: schema.GroupVersionResource{Group: p[0], Version: p[1], Resource: p[2]}, Namespace: p[3], Name: p[4]}
+	if len(p) == 7 {
+		gen, err := strconv.ParseInt(p[6], 10, 64)
+		if err != nil || gen < 0 {
+			return Member{}, fmt.Errorf("member %q: the generation %q is not a non-negative integer", s, p[6])
+		}
+		m.UID, m.Generation = types.UID(p[5]), gen
+	}
+	return m, nil
 }
 
 func (m Member) display() string {
@@ -144,8 +165,15 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 	}
 	// The lists that found the access may already show every member ready (a group that became
 	// ready while the waiter's pod started): then there is nothing to watch.
-	if len(listed) > 0 {
-		if ready, _, failed := evaluate(o, listed, env); failed != nil {
+	if listed != nil {
+		stores := map[scope]cache.Store{}
+		for sc, list := range listed {
+			stores[sc] = cache.NewStore(cache.MetaNamespaceKeyFunc)
+			for i := range list.Items {
+				_ = stores[sc].Add(&list.Items[i])
+			}
+		}
+		if ready, _, failed := evaluate(o, stores, env); failed != nil {
 			fmt.Fprintf(o.Out, "group %q cannot become ready: %v\n", o.Group, failed)
 			return failed
 		} else if ready == len(o.Members) {
@@ -153,9 +181,10 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 			return nil
 		}
 	}
-	// Every member's kind is watched at once, and the wait for their first lists is signalled, not
-	// polled (WaitForCacheSync looks every 100 ms, one informer after the other): the waiter's start
-	// is on the path of every group boundary it does not start ahead of.
+	// Every member's kind is watched at once, from those lists, and the wait for the informers'
+	// first lists is signalled, not polled (WaitForCacheSync looks every 100 ms, one informer after
+	// the other): the waiter's start is on the path of every group boundary it does not start
+	// ahead of.
 	stores := map[scope]cache.Store{}
 	var synced []cache.DoneChecker
 	for _, m := range o.Members {
@@ -163,7 +192,7 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		if _, ok := stores[sc]; ok {
 			continue
 		}
-		inf := dynamicinformer.NewFilteredDynamicInformer(client, m.GVR, m.Namespace, 0, cache.Indexers{}, nil).Informer()
+		inf := cache.NewSharedIndexInformer(newListerWatcher(client, sc, listed[sc]), &unstructured.Unstructured{}, 0, cache.Indexers{})
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { notify() },
 			UpdateFunc: func(any, any) { notify() },
@@ -208,10 +237,10 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 // it: an informer denied its first list would retry only after its back-off (0.8 s and more), so
 // each kind is listed first, again and again at short intervals while it is forbidden. Any other
 // error is left to the informers.
-func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member, out io.Writer) (map[scope]cache.Store, error) {
+func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member, out io.Writer) (map[scope]*unstructured.UnstructuredList, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	stores := map[scope]cache.Store{}
+	lists := map[scope]*unstructured.UnstructuredList{}
 	complete := true
 	seen := map[scope]bool{}
 	for _, m := range members {
@@ -223,7 +252,8 @@ func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member
 		wg.Go(func() {
 			start, wait := time.Now(), accessRetry
 			for said := false; ; {
-				// From the API server's watch cache, as an informer's first list.
+				// From the API server's watch cache, as an informer's first list: it may lag, which
+				// the members' UIDs and generations catch (Member).
 				list, err := client.Resource(sc.gvr).Namespace(sc.namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 				if !apierrors.IsForbidden(err) || ctx.Err() != nil {
 					mu.Lock()
@@ -235,11 +265,7 @@ func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member
 						complete = false
 						return
 					}
-					store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-					for i := range list.Items {
-						_ = store.Add(&list.Items[i])
-					}
-					stores[sc] = store
+					lists[sc] = list
 					return
 				}
 				if !said {
@@ -266,8 +292,51 @@ func awaitAccess(ctx context.Context, client dynamic.Interface, members []Member
 	if !complete {
 		return nil, nil
 	}
-	return stores, nil
+	return lists, nil
 }
+
+// seededListerWatcher lists and watches one member kind where it lives. Its first list is the one
+// awaitAccess made (when it made one), so the informer starts watching from there instead of
+// listing again; and it is never a streamed list (WatchList), which the API server serves only
+// once its watch cache has caught up with etcd, up to 100 ms later on a busy cluster. Those views
+// may lag: Member's UID and generation catch a member older than the wait Job's.
+type seededListerWatcher struct {
+	client dynamic.ResourceInterface
+	mu     sync.Mutex
+	first  *unstructured.UnstructuredList
+}
+
+func newListerWatcher(client dynamic.Interface, sc scope, first *unstructured.UnstructuredList) *seededListerWatcher {
+	return &seededListerWatcher{client: client.Resource(sc.gvr).Namespace(sc.namespace), first: first}
+}
+
+func (l *seededListerWatcher) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	l.mu.Lock()
+	first := l.first
+	l.first = nil
+	l.mu.Unlock()
+	if first != nil {
+		return first, nil
+	}
+	return l.client.List(ctx, o)
+}
+
+func (l *seededListerWatcher) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return l.client.Watch(ctx, o)
+}
+
+// List and Watch complete cache.ListerWatcher; the informer calls the context-aware methods.
+func (l *seededListerWatcher) List(o metav1.ListOptions) (runtime.Object, error) {
+	return l.ListWithContext(context.Background(), o)
+}
+
+func (l *seededListerWatcher) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	return l.WatchWithContext(context.Background(), o)
+}
+
+// IsWatchListSemanticsUnSupported keeps the reflector from streaming its first list (see
+// watchlist.DoesClientNotSupportWatchListSemantics).
+func (l *seededListerWatcher) IsWatchListSemanticsUnSupported() bool { return true }
 
 // A forbidden kind is tried again every accessRetry for accessRetryFor (the manager writes the
 // Role within milliseconds of the Job), then less and less often, up to every maxAccessRetry.
@@ -309,7 +378,16 @@ func evaluate(o Options, stores map[scope]cache.Store, env readiness.Env) (int, 
 			lines = append(lines, m.display()+": not found")
 			continue
 		}
-		res := o.Checker.CheckIn(item.(*unstructured.Unstructured), env)
+		obj := item.(*unstructured.Unstructured)
+		if m.UID != "" && obj.GetUID() != m.UID {
+			lines = append(lines, fmt.Sprintf("%s: uid %s is not this wait Job's %s (wavegate replaces a Job whose member was recreated)", m.display(), obj.GetUID(), m.UID))
+			continue
+		}
+		if obj.GetGeneration() < m.Generation {
+			lines = append(lines, fmt.Sprintf("%s: generation %d, older than this wait Job's %d (an API server that has not seen the change yet)", m.display(), obj.GetGeneration(), m.Generation))
+			continue
+		}
+		res := o.Checker.CheckIn(obj, env)
 		if res.Status == readiness.Ready {
 			ready++
 			continue

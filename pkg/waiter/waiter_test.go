@@ -247,3 +247,92 @@ func TestWaitReadyAtTheFirstList(t *testing.T) {
 		t.Errorf("output does not say the group is ready:\n%s", out)
 	}
 }
+
+// A member read from an API server whose cache has not seen the wait Job's revision yet (another
+// replica's, lagging) is not ready, whatever its status says: an older generation, or the object
+// a recreated member replaced. The group is ready once the view reaches the planned object.
+func TestWaitStaleViewIsNotReady(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	for name, tc := range map[string]struct{ stale, current, want string }{
+		"an older generation": {
+			stale:   `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns, uid: u1, generation: 1}}`,
+			current: `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns, uid: u1, generation: 2}}`,
+			want:    "generation 1, older than this wait Job's 2",
+		},
+		"the object it replaced": {
+			stale:   `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns, uid: u0, generation: 2}}`,
+			current: `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns, uid: u1, generation: 2}}`,
+			want:    "uid u0 is not this wait Job's u1",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+				map[schema.GroupVersionResource]string{cms: "ConfigMapList"}, parse(t, tc.stale))
+			out := newOutput(tc.want)
+			done := make(chan error, 1)
+			go func() {
+				done <- Wait(context.Background(), client, options(t, out, 30*time.Second,
+					Member{GVR: cms, Namespace: "ns", Name: "c", UID: "u1", Generation: 2}))
+			}()
+			select {
+			case <-out.seen:
+			case err := <-done:
+				t.Fatalf("Wait() = %v on a stale view; output:\n%s", err, out)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the waiter did not say why the stale member is not ready; output:\n%s", out)
+			}
+			if _, err := client.Resource(cms).Namespace("ns").Update(context.Background(), parse(t, tc.current), metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the waiter did not see the planned object; output:\n%s", out)
+			}
+		})
+	}
+}
+
+// The waiter lists each member kind once: its watches start from the lists that found its access,
+// not from a second list per kind (nor a streamed one, which the API server answers only once its
+// watch cache has caught up with etcd).
+func TestWaitWatchesFromItsFirstLists(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
+		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: ns}}`))
+	var lists atomic.Int32
+	client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	watching := make(chan struct{})
+	var once sync.Once
+	client.PrependWatchReactor("configmaps", func(clienttesting.Action) (bool, watch.Interface, error) {
+		once.Do(func() { close(watching) })
+		return false, nil, nil
+	})
+	out := newOutput("")
+	done := make(chan error, 1)
+	go func() {
+		done <- Wait(context.Background(), client, options(t, out, 30*time.Second,
+			Member{GVR: cms, Namespace: "ns", Name: "a"}, Member{GVR: cms, Namespace: "ns", Name: "b"}))
+	}()
+	select {
+	case <-watching:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no watch started; output:\n%s", out)
+	}
+	if _, err := client.Resource(cms).Namespace("ns").Create(context.Background(),
+		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: ns}}`), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+	if n := lists.Load(); n != 1 {
+		t.Errorf("configmaps were listed %d times, want once", n)
+	}
+}
