@@ -29,6 +29,10 @@ const (
 	// it waits for.
 	WaitSequenceLabel = Domain + "/wait-sequence"
 	WaitRevisionLabel = Domain + "/wait-revision"
+	// WaiterReadyAnnotation on a wait Job records when its waiter found every member ready (RFC 3339
+	// with nanoseconds), written by the waiter itself: the same evidence as its pod's exit 0, without
+	// waiting for the kubelet to notice the exit (its PLEG relists containers every second).
+	WaiterReadyAnnotation = Domain + "/waiter-ready-at"
 	// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
 	WaiterRBACLabel = Domain + "/waiter-rbac"
 

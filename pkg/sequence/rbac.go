@@ -97,6 +97,9 @@ type access struct {
 	rules    map[string]map[string]bool // namespace ("" = cluster) -> group -> resources
 	subjects map[string]map[string]bool // namespace ("" = cluster) -> job namespaces
 	accounts map[string]bool
+	// jobs are, per namespace, the wait Jobs there, which their waiters mark ready
+	// (keys.WaiterReadyAnnotation): patch on exactly those names.
+	jobs map[string][]string
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -155,7 +158,7 @@ func (r *RBACReconciler) desired(ctx context.Context, idx *policy.Index, sc *sco
 	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
 		return nil, err
 	}
-	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}}
+	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}, jobs: map[string][]string{}}
 	d := &desiredAccess{want: want, needs: map[*batchv1.Job][]string{}}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
@@ -169,6 +172,12 @@ func (r *RBACReconciler) desired(ctx context.Context, idx *policy.Index, sc *sco
 		want.accounts[j.Namespace] = true
 		d.jobs = append(d.jobs, j)
 		d.needs[j] = append(d.needs[j], j.Namespace)
+		if want.rules[j.Namespace] == nil {
+			want.rules[j.Namespace] = map[string]bool{}
+			want.subjects[j.Namespace] = map[string]bool{}
+		}
+		want.subjects[j.Namespace][j.Namespace] = true
+		want.jobs[j.Namespace] = append(want.jobs[j.Namespace], j.Name)
 		for _, m := range args.Members {
 			if !r.mayWatch(ctx, idx, sc, args.Sequence, m) {
 				ctrl.LoggerFrom(ctx).Info("Not granting a wait Job access to a member its sequence may not hold",
@@ -298,8 +307,8 @@ func managedLabels() map[string]string {
 	return map[string]string{keys.WaiterRBACLabel: "true", keys.ManagedByLabel: "wavegate"}
 }
 
-func policyRules(resources map[string]bool) []rbacv1.PolicyRule {
-	if len(resources) == 0 {
+func policyRules(resources map[string]bool, jobs []string) []rbacv1.PolicyRule {
+	if len(resources) == 0 && len(jobs) == 0 {
 		return nil // as the API server returns an empty list: no patch on every pass
 	}
 	byGroup := map[string][]string{}
@@ -317,6 +326,10 @@ func policyRules(resources map[string]bool) []rbacv1.PolicyRule {
 		res := byGroup[g]
 		sort.Strings(res)
 		out = append(out, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: res, Verbs: []string{"get", "list", "watch"}})
+	}
+	if len(jobs) > 0 {
+		names := slices.Sorted(slices.Values(jobs))
+		out = append(out, rbacv1.PolicyRule{APIGroups: []string{batchv1.GroupName}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: names})
 	}
 	return out
 }
@@ -344,7 +357,7 @@ func (r *RBACReconciler) writeRoles(ctx context.Context, want access) (failed ma
 		w.upsert(r, ns, sa, func() { sa.Labels = managedLabels() })
 	}
 	for ns, res := range want.rules {
-		rules := policyRules(res)
+		rules := policyRules(res, want.jobs[ns])
 		if ns == "" {
 			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
 			w.upsert(r, ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
@@ -446,6 +459,11 @@ func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate f
 	res, err := controllerutil.CreateOrPatch(ctx, r.Client, obj, func() error { mutate(); return nil })
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return true, nil // the namespace is being deleted, and its wait Jobs with it: nothing to provision
+	}
+	if apierrors.IsAlreadyExists(err) {
+		// Created a moment ago (the cache has not shown it yet): its creation brings the pass
+		// back, which patches it if need be.
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)

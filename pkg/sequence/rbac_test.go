@@ -262,7 +262,12 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	got := map[string][]string{}
 	granted := func(where string, rules []rbacv1.PolicyRule) {
 		for _, rule := range rules {
-			got[where] = append(got[where], rule.Resources...)
+			for _, res := range rule.Resources {
+				if len(rule.ResourceNames) > 0 {
+					res += fmt.Sprintf(" %v %v", rule.Verbs, rule.ResourceNames)
+				}
+				got[where] = append(got[where], res)
+			}
 		}
 	}
 	var roles rbacv1.RoleList
@@ -287,8 +292,10 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 		got["accounts"] = append(got["accounts"], sa.Namespace)
 	}
 	want := map[string][]string{
-		"tenant-a":  {"deployments"},
-		"(cluster)": {"clusterroles"},
+		// Each waiter may also mark its own Job ready, and no other.
+		"tenant-a":        {"deployments", "jobs [patch] [wavegate-wait-web-tenant-a]"},
+		"wavegate-system": {"jobs [patch] [wavegate-wait-web-platform]"},
+		"(cluster)":       {"clusterroles"},
 		// Every opted-in namespace has its waiter's ServiceAccount (and a Role without rules), ready
 		// for its first wait Job; the namespace that is not opted in has none.
 		"accounts": {"tenant-a", "tenant-b", "tenant-c", "wavegate-system"},
@@ -405,7 +412,8 @@ func TestRulesWrittenWhileTheBindingIsInFlight(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: WaiterServiceAccount}, role); err != nil {
 		t.Fatal(err)
 	}
-	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: []string{job.Name}}}
 	if d := cmp.Diff(want, role.Rules); d != "" {
 		t.Errorf("the Role's rules while its binding is in flight (-want +got):\n%s", d)
 	}

@@ -33,15 +33,23 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 	return list.Items, nil
 }
 
-// succeededWaiters returns the UIDs of the wait Jobs of a sequence whose pod has succeeded, with
-// when the waiter finished (zero if the pod does not say): the waiter exited 0, so every member
-// was ready. It is the same evidence as the Job's Complete
-// condition, which the Job controller writes only after batching pod updates (about a second
-// later): releasing on it takes that second off every group boundary. Only a pod in its Job's
-// namespace counts (owner references do not cross namespaces).
+// succeededWaiters returns the UIDs of the wait Jobs of a sequence whose waiter found every member
+// ready, with when (zero if unknown): the waiter marked its Job (keys.WaiterReadyAnnotation), or its
+// pod succeeded (the waiter exited 0). It is the same evidence as the Job's Complete condition,
+// which the Job controller writes only after batching pod updates (about a second later); and the
+// mark comes before the pod's exit is reported, which a kubelet notices at its next PLEG relist
+// (every second). Only a pod in its Job's namespace counts (owner references do not cross
+// namespaces).
 func (r *Reconciler) succeededWaiters(ctx context.Context, seq string, jobs []batchv1.Job) (map[types.UID]time.Time, error) {
+	out := map[types.UID]time.Time{}
+	for i := range jobs {
+		if v, ok := jobs[i].Annotations[keys.WaiterReadyAnnotation]; ok {
+			at, _ := time.Parse(time.RFC3339Nano, v)
+			out[jobs[i].UID] = at
+		}
+	}
 	if r.WaitPods == nil {
-		return nil, nil
+		return out, nil
 	}
 	jobNS := make(map[types.UID]string, len(jobs))
 	for i := range jobs {
@@ -51,11 +59,13 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string, jobs []ba
 	if err := r.WaitPods.List(ctx, &pods, client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}); err != nil {
 		return nil, fmt.Errorf("listing wait-Job pods: %w", err)
 	}
-	out := map[types.UID]time.Time{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		c := metav1.GetControllerOfNoCopy(p)
 		if c == nil || c.Kind != "Job" || p.Status.Phase != corev1.PodSucceeded || jobNS[c.UID] != p.Namespace {
+			continue
+		}
+		if _, marked := out[c.UID]; marked {
 			continue
 		}
 		var finished time.Time
@@ -194,7 +204,7 @@ func patchJSON(ctx context.Context, c client.Client, obj client.Object, ops ...p
 // waitJob builds the wait Job of a group's current revision, without a deadline: armJob sets it
 // when the group opens. It is built suspended (see createJob).
 func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
-	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness}
+	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness, Job: g.JobNamespace + "/" + g.JobName}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
 		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name, UID: m.UID, Generation: m.Generation})

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -111,6 +112,24 @@ func TestSucceededWaitersOnlyInTheJobsNamespace(t *testing.T) {
 		if _, ok := got["job-uid"]; ok != tc.want {
 			t.Errorf("a succeeded pod in %s: counted %v, want %v", tc.ns, ok, tc.want)
 		}
+	}
+}
+
+// TestSucceededWaiterMarkedItsJob: a waiter marks its Job when it finds the group ready, and that
+// mark counts at once, with the time it records: the pod's exit is reported only at the kubelet's
+// next PLEG relist, up to a second later.
+func TestSucceededWaiterMarkedItsJob(t *testing.T) {
+	at := time.Date(2026, 11, 24, 8, 0, 0, 123456789, time.UTC)
+	marked := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait", Namespace: "shop", UID: "marked",
+		Annotations: map[string]string{keys.WaiterReadyAnnotation: at.Format(time.RFC3339Nano)}}}
+	running := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait-2", Namespace: "shop", UID: "running"}}
+	r := &Reconciler{WaitPods: listOnly{r: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()}}
+	got, err := r.succeededWaiters(context.Background(), "shop", []batchv1.Job{marked, running})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[types.UID]time.Time{"marked": at}, got); d != "" {
+		t.Errorf("succeeded waiters (-want +got):\n%s", d)
 	}
 }
 
@@ -221,5 +240,8 @@ func TestWaitJobNamesThePlannedObjects(t *testing.T) {
 	want := []waiter.Member{{GVR: deployments, Namespace: "shop", Name: "web", UID: "u1", Generation: 3}}
 	if d := cmp.Diff(want, args.Members); d != "" {
 		t.Errorf("the waiter's members (-want +got):\n%s", d)
+	}
+	if args.Job != "shop/"+g.JobName {
+		t.Errorf("the waiter marks Job %q, want its own, shop/%s", args.Job, g.JobName)
 	}
 }

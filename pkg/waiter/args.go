@@ -3,11 +3,13 @@ package waiter
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
 )
 
 // Command is the subcommand a wait Job runs.
@@ -18,7 +20,10 @@ const Command = "wait"
 // parse them back with ParseArgs.
 type Args struct {
 	Sequence, Group string
-	Members         []Member
+	// Job is the wait Job running the waiter (namespace/name), which it marks ready
+	// (keys.WaiterReadyAnnotation) before it exits; empty when run by hand.
+	Job     string
+	Members []Member
 	Readiness       wavev1.Readiness
 	// Timeout bounds the wait when run by hand; wait Jobs leave it to activeDeadlineSeconds.
 	Timeout time.Duration
@@ -27,6 +32,9 @@ type Args struct {
 // Encode returns the container arguments: the subcommand, then the flags.
 func (a Args) Encode() []string {
 	out := []string{Command, "--sequence", a.Sequence, "--group", a.Group}
+	if a.Job != "" {
+		out = append(out, "--job", a.Job)
+	}
 	for _, m := range a.Members {
 		out = append(out, "--member", m.String())
 	}
@@ -50,6 +58,7 @@ func (a *Args) AddFlags(fs *pflag.FlagSet) *RawArgs {
 	raw := &RawArgs{}
 	fs.StringVar(&a.Sequence, "sequence", "", "the sequence")
 	fs.StringVar(&a.Group, "group", "", "the group")
+	fs.StringVar(&a.Job, "job", "", "the wait Job running this waiter (namespace/name), annotated "+keys.WaiterReadyAnnotation+" once the group is ready")
 	fs.StringArrayVar(&raw.members, "member", nil, "a member to wait for: group/version/resource/namespace/name, then /uid/generation of the planned object (repeatable)")
 	fs.StringVar(&raw.readiness, "readiness", "", "the policy's readiness settings as JSON")
 	fs.DurationVar(&a.Timeout, "timeout", 0, "give up after this long (exit 2)")
@@ -58,6 +67,11 @@ func (a *Args) AddFlags(fs *pflag.FlagSet) *RawArgs {
 
 // Complete decodes the members and readiness settings into a.
 func (a *Args) Complete(raw *RawArgs) error {
+	if a.Job != "" {
+		if ns, name, ok := strings.Cut(a.Job, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("--job %q is not namespace/name", a.Job)
+		}
+	}
 	a.Members = nil
 	for _, m := range raw.members {
 		parsed, err := ParseMember(m)

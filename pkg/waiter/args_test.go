@@ -16,7 +16,7 @@ func TestArgsRoundTrip(t *testing.T) {
 			Members: []Member{{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}, Namespace: "shop", Name: "db"},
 				{GVR: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, Name: "widgets.example.com"}},
 			Readiness: wavev1.Readiness{AssumeReadyWithoutConditions: true, Rules: []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "true"}}}},
-		"the planned objects": {Sequence: "shop", Group: "web",
+		"the planned objects": {Sequence: "shop", Group: "web", Job: "shop/wavegate-wait-web-0123456789",
 			Members: []Member{{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web",
 				UID: "0b9ad5c6-4c1e-4d3e-9a51-3f1f0c0e6e2a", Generation: 7}}},
 		"nothing but the group": {Sequence: "s", Group: "g"},
@@ -35,7 +35,8 @@ func TestArgsRoundTrip(t *testing.T) {
 	}
 	for _, bad := range [][]string{nil, {"status"}, {"wait", "--member", "not-a-member"}, {"wait", "--readiness", "{"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid"}, {"wait", "--member", "apps/v1/deployments/shop/web/uid/-1"},
-		{"wait", "--member", "apps/v1/deployments/shop/web/uid/seven"}} {
+		{"wait", "--member", "apps/v1/deployments/shop/web/uid/seven"},
+		{"wait", "--job", "no-namespace"}, {"wait", "--job", "shop/a/b"}} {
 		if _, err := ParseArgs(bad); err == nil {
 			t.Errorf("ParseArgs(%q) accepted garbage", bad)
 		}

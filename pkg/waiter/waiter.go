@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
@@ -117,8 +118,10 @@ func (m Member) display() string {
 // Options says what to wait for.
 type Options struct {
 	Sequence, Group string
-	Members         []Member
-	Checker         *readiness.Checker
+	// Job is the wait Job to mark ready (namespace/name; empty: none).
+	Job     string
+	Members []Member
+	Checker *readiness.Checker
 	// Timeout bounds the wait; zero means no bound (the Job's activeDeadlineSeconds still applies).
 	Timeout time.Duration
 	// Out receives the progress lines.
@@ -178,6 +181,7 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 			return failed
 		} else if ready == len(o.Members) {
 			fmt.Fprintf(o.Out, "group %q is ready\n", o.Group)
+			markReady(ctx, client, o)
 			return nil
 		}
 	}
@@ -221,6 +225,7 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}
 		if ready == len(o.Members) {
 			fmt.Fprintf(o.Out, "group %q is ready\n", o.Group)
+			markReady(ctx, client, o)
 			return nil
 		}
 		select {
@@ -230,6 +235,39 @@ func Wait(ctx context.Context, client dynamic.Interface, o Options) error {
 		}
 	}
 }
+
+var jobs = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+
+// markReady annotates the wait Job with when its waiter found the group ready: wavegate's manager
+// releases the next group on that at once, where this pod's exit is reported only at the kubelet's
+// next PLEG relist (every second). The waiter's Role may allow the patch a moment after the Job
+// exists: a forbidden patch is retried for a while; any failure leaves the release to the exit.
+func markReady(ctx context.Context, client dynamic.Interface, o Options) {
+	if o.Job == "" {
+		return
+	}
+	ns, name, _ := strings.Cut(o.Job, "/")
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.WaiterReadyAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+	deadline := time.Now().Add(markReadyFor)
+	for {
+		_, err := client.Resource(jobs).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		if err == nil {
+			return
+		}
+		if !apierrors.IsForbidden(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			fmt.Fprintf(o.Out, "could not mark wait Job %s ready (%v): the group is released once this pod's exit is reported\n", o.Job, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(accessRetry):
+		}
+	}
+}
+
+// markReadyFor bounds the retries of a forbidden markReady: the exit reports the same a second or
+// so later.
+const markReadyFor = 2 * time.Second
 
 // awaitAccess returns once the waiter may list every member's kind where it lives, or when ctx
 // ends (its error), with what those lists found (nil unless every kind was listed). The waiter's

@@ -23,6 +23,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
@@ -334,5 +335,40 @@ func TestWaitWatchesFromItsFirstLists(t *testing.T) {
 	}
 	if n := lists.Load(); n != 1 {
 		t.Errorf("configmaps were listed %d times, want once", n)
+	}
+}
+
+// A waiter that finds its group ready marks its Job with when (the manager releases the next
+// group on that, before the kubelet reports the exit), retrying while its Role does not allow it
+// yet.
+func TestWaitMarksItsJobReady(t *testing.T) {
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{cms: "ConfigMapList", jobs: "JobList"},
+		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`),
+		parse(t, `{apiVersion: batch/v1, kind: Job, metadata: {name: wj, namespace: ns}}`))
+	var refused atomic.Int32
+	client.PrependReactor("patch", "jobs", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if refused.Add(1) <= 2 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, "wj",
+				errors.New(`User "system:serviceaccount:ns:wavegate-waiter" cannot patch resource "jobs"`))
+		}
+		return false, nil, nil
+	})
+	out := newOutput("")
+	o := options(t, out, 10*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"})
+	o.Job = "ns/wj"
+	before := time.Now()
+	if err := Wait(context.Background(), client, o); err != nil {
+		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
+	}
+	job, err := client.Resource(jobs).Namespace("ns").Get(context.Background(), "wj", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(time.RFC3339Nano, job.GetAnnotations()[keys.WaiterReadyAnnotation])
+	if err != nil || at.Before(before) {
+		t.Errorf("the Job's %s = %q, want when the group was found ready; output:\n%s", keys.WaiterReadyAnnotation,
+			job.GetAnnotations()[keys.WaiterReadyAnnotation], out)
 	}
 }

@@ -129,8 +129,15 @@ func TestInstallOrder(t *testing.T) {
 		return env.Client.Get(ctx, client.ObjectKey{Namespace: a.ns, Name: sequence.WaiterServiceAccount}, role)
 	}).WithTimeout(timeout).Should(Succeed())
 	for _, r := range role.Rules {
-		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
 		g.Expect(r.Resources).NotTo(ContainElement("*"))
+		if r.APIGroups[0] == "batch" && len(r.ResourceNames) > 0 {
+			// Each waiter marks its own Job ready: patch on the wait Jobs' names, nothing more.
+			g.Expect(r.Resources).To(Equal([]string{"jobs"}))
+			g.Expect(r.Verbs).To(Equal([]string{"patch"}))
+			continue
+		}
+		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
+		g.Expect(r.ResourceNames).To(BeEmpty())
 	}
 }
 
@@ -199,8 +206,15 @@ func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 		g.Expect(binding.Subjects).To(ContainElement(waiter))
 	}).WithTimeout(timeout).Should(Succeed())
 	for _, r := range role.Rules {
-		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
 		g.Expect(r.Resources).NotTo(ContainElement("*"))
+		if r.APIGroups[0] == "batch" && len(r.ResourceNames) > 0 {
+			// Each waiter marks its own Job ready: patch on the wait Jobs' names, nothing more.
+			g.Expect(r.Resources).To(Equal([]string{"jobs"}))
+			g.Expect(r.Verbs).To(Equal([]string{"patch"}))
+			continue
+		}
+		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
+		g.Expect(r.ResourceNames).To(BeEmpty())
 	}
 
 	// The claim leaves: its group and wait Job go, and so does the namespace's cluster-wide access

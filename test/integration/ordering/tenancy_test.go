@@ -290,7 +290,7 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 // TestWaiterAccessFollowsOptIn: against a real API server (which checks a RoleBinding's role),
 // a namespace gets its waiter's ServiceAccount, a Role without rules and its RoleBinding when it
 // opts in; its first wait Job then starts unsuspended and the Role gains exactly its members'
-// kinds; opted out, the namespace loses all of it.
+// kinds, and the patch of that Job (its waiter marks it ready); opted out, the namespace loses all of it.
 func TestWaiterAccessFollowsOptIn(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -320,7 +320,8 @@ func TestWaiterAccessFollowsOptIn(t *testing.T) {
 		ro := &rbacv1.Role{}
 		g.Expect(env.Client.Get(ctx, key, ro)).To(Succeed())
 		return ro.Rules
-	}).WithTimeout(timeout).Should(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get", "list", "watch"}}))
+	}).WithTimeout(timeout).Should(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"statefulsets"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: []string{ev.Object.(*batchv1.Job).Name}}))
 
 	n := &corev1.Namespace{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())

@@ -9,6 +9,12 @@
 // but with their own command: the first container's command and arguments as a host process, with
 // the cache's kubectl first on PATH. That is how the wait Jobs teams write themselves (a kubectl
 // image running `kubectl rollout status ...`) really wait on the local cluster.
+//
+// A container's exit is reported when a kubelet would notice it: at the next relist of its pod
+// lifecycle event generator (PLEG), which a kubelet runs every second (genericPlegRelistPeriod;
+// the evented PLEG is alpha and off by default). Reporting it at once would make this stand-in
+// faster than the kubelet it plays, and anything waiting for a wait-Job pod's exit look faster
+// than on a real node.
 package main
 
 import (
@@ -41,12 +47,34 @@ func main() {
 	binary := flag.String("wavegate", "bin/wavegate", "the wavegate binary the pods run")
 	kubectl := flag.String("kubectl", "kubectl", "the kubectl binary that pods labeled "+execLabel+"=true find first on PATH")
 	logs := flag.String("logs", ".dev/pods", "directory for the pods' logs")
+	flag.DurationVar(&plegRelistPeriod, "pleg-relist-period", time.Second, "how often a kubelet relists containers: an exit is reported at the next relist")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *kubeconfig, *binary, *kubectl, *logs); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+}
+
+// plegRelistPeriod is the kubelet's PLEG relist period; relists run at fixed ticks from start.
+var (
+	plegRelistPeriod = time.Second
+	plegStart        = time.Now()
+)
+
+// nextRelist waits for the next PLEG relist (false: ctx ended first).
+func nextRelist(ctx context.Context) bool {
+	if plegRelistPeriod <= 0 {
+		return true
+	}
+	since := time.Since(plegStart)
+	wait := plegRelistPeriod - since%plegRelistPeriod
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
 	}
 }
 
@@ -171,7 +199,8 @@ func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	err = cmd.Run()
-	if ctx.Err() != nil {
+	finished := metav1.Now()
+	if ctx.Err() != nil || !nextRelist(ctx) {
 		return nil // the pod was deleted
 	}
 	code := 0
@@ -186,7 +215,7 @@ func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
 		phase, reason = corev1.PodFailed, "Error"
 	}
 	return r.status(ctx, p, phase, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: int32(code), Reason: reason, StartedAt: started, FinishedAt: metav1.Now()}})
+		ExitCode: int32(code), Reason: reason, StartedAt: started, FinishedAt: finished}})
 }
 
 func (r *runner) status(ctx context.Context, p *corev1.Pod, phase corev1.PodPhase, state corev1.ContainerState) error {
