@@ -22,9 +22,9 @@ type Args struct {
 	Sequence, Group string
 	// Job is the wait Job running the waiter (namespace/name), which it marks ready
 	// (keys.WaiterReadyAnnotation) before it exits; empty when run by hand.
-	Job     string
-	Members []Member
-	Readiness       wavev1.Readiness
+	Job       string
+	Members   []Member
+	Readiness wavev1.Readiness
 	// Timeout bounds the wait when run by hand; wait Jobs leave it to activeDeadlineSeconds.
 	Timeout time.Duration
 }
