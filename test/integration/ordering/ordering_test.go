@@ -128,17 +128,7 @@ func TestInstallOrder(t *testing.T) {
 	g.Eventually(func() error {
 		return env.Client.Get(ctx, client.ObjectKey{Namespace: a.ns, Name: sequence.WaiterServiceAccount}, role)
 	}).WithTimeout(timeout).Should(Succeed())
-	for _, r := range role.Rules {
-		g.Expect(r.Resources).NotTo(ContainElement("*"))
-		if r.APIGroups[0] == "batch" && len(r.ResourceNames) > 0 {
-			// Each waiter marks its own Job ready: patch on the wait Jobs' names, nothing more.
-			g.Expect(r.Resources).To(Equal([]string{"jobs"}))
-			g.Expect(r.Verbs).To(Equal([]string{"patch"}))
-			continue
-		}
-		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
-		g.Expect(r.ResourceNames).To(BeEmpty())
-	}
+	expectLeastPrivilege(g, role.Rules)
 }
 
 func TestPodsOfReleasedTemplatesStartWithoutAGate(t *testing.T) {
@@ -205,17 +195,7 @@ func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 		g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sequence.WaiterServiceAccount}))
 		g.Expect(binding.Subjects).To(ContainElement(waiter))
 	}).WithTimeout(timeout).Should(Succeed())
-	for _, r := range role.Rules {
-		g.Expect(r.Resources).NotTo(ContainElement("*"))
-		if r.APIGroups[0] == "batch" && len(r.ResourceNames) > 0 {
-			// Each waiter marks its own Job ready: patch on the wait Jobs' names, nothing more.
-			g.Expect(r.Resources).To(Equal([]string{"jobs"}))
-			g.Expect(r.Verbs).To(Equal([]string{"patch"}))
-			continue
-		}
-		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
-		g.Expect(r.ResourceNames).To(BeEmpty())
-	}
+	expectLeastPrivilege(g, role.Rules)
 
 	// The claim leaves: its group and wait Job go, and so does the namespace's cluster-wide access
 	// (the binding is deleted, or keeps only other namespaces' waiters that still need it).
@@ -228,4 +208,19 @@ func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(binding.Subjects).NotTo(ContainElement(waiter))
 	}).WithTimeout(timeout).Should(Succeed())
+}
+
+// expectLeastPrivilege checks a waiter role's rules: get/list/watch on named kinds, and patch on
+// the wait Jobs its waiters mark ready, by name; no wildcard.
+func expectLeastPrivilege(g Gomega, rules []rbacv1.PolicyRule) {
+	for _, r := range rules {
+		g.Expect(r.Resources).NotTo(ContainElement("*"))
+		if r.APIGroups[0] == "batch" && len(r.ResourceNames) > 0 {
+			g.Expect(r.Resources).To(Equal([]string{"jobs"}))
+			g.Expect(r.Verbs).To(Equal([]string{"patch"}))
+			continue
+		}
+		g.Expect(r.Verbs).To(Equal([]string{"get", "list", "watch"}))
+		g.Expect(r.ResourceNames).To(BeEmpty())
+	}
 }
