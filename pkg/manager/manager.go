@@ -199,6 +199,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := (&sequence.Reconciler{
 		Client: mgr.GetClient(), Tracker: tracker, Policies: store, Recorder: mgr.GetEventRecorder("wavegate"),
 		Image: cfg.WaiterImage, Namespace: cfg.Namespace, WaitPods: waitPods, APIReader: mgr.GetAPIReader(),
+		Cleared: cleared,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
 	}

@@ -65,6 +65,11 @@ type Reconciler struct {
 	// APIReader reads straight from the API server: the gated pods of a consistent read (nil: only
 	// the cached ones are released).
 	APIReader client.Reader
+	// Cleared hears of the templates a pass released the moment it decides (admission's store on
+	// this replica); nil: admission hears of them from the Sequence's status only.
+	Cleared interface {
+		Clear(sequence string, released map[string][]string)
+	}
 	// WaitPods reads wait Jobs' pods (a cache of pods labeled keys.WaitJobLabel); nil releases on
 	// the Jobs' Complete condition only.
 	WaitPods cache.Cache
@@ -147,23 +152,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
 	// Ungating comes first: it is what the next group waits for at a boundary. The gates are
-	// removed while the other steps run, so that the status that clears the released templates
-	// (admission then lets their new pods start without the gate) is not written after a hundred
-	// patches.
+	// removed while the other steps run.
 	gated, err := r.ungate(ctx, pods, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	released := make(chan error, 1)
-	go func() {
-		// A panic here would not reach controller-runtime's recovery: it becomes this reconcile's error.
-		defer func() {
-			if p := recover(); p != nil {
-				released <- fmt.Errorf("removing scheduling gates: panic: %v", p)
-			}
-		}()
-		released <- r.release(ctx, gated)
-	}()
+	// Admission lets the new pods of a released template start without the gate. It hears so from
+	// this replica at once, and from the status, written beside the other steps, on every replica:
+	// each pod a ReplicaSet creates before admission knows is gated, and waits for another pass and
+	// another consistent read (a third of a hundred pods on the local cluster, when admission heard
+	// it from the status written after the wait Jobs' steps). Events are decided first, on the
+	// status as it was.
+	if r.Cleared != nil && len(gated.released) > 0 {
+		r.Cleared.Clear(seq, gated.released)
+	}
+	r.emitEvents(seq, plan, prev, objs)
+	var again time.Duration
+	status := goStep("writing the status", func() (err error) {
+		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, prev)
+		return err
+	})
+	released := goStep("removing scheduling gates", func() error { return r.release(ctx, gated) })
 	armLater, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
 	if err != nil {
 		errs = append(errs, err)
@@ -172,12 +181,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
-	r.emitEvents(seq, plan, prev, objs)
 	requeue := td.Requeue
 	if armLater > 0 && (requeue == 0 || armLater < requeue) {
 		requeue = armLater
 	}
-	if again, err := r.writeStatus(ctx, seq, plan, gated, td, inversions, prev); err != nil {
+	if err := <-status; err != nil {
 		errs = append(errs, err)
 	} else if again > 0 && (requeue == 0 || again < requeue) {
 		requeue = again
@@ -186,6 +194,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
+}
+
+// goStep runs one step of a reconcile beside the others. A panic in it would not reach
+// controller-runtime's recovery: it becomes the step's error.
+func goStep(what string, step func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("%s: panic: %v", what, p)
+			}
+		}()
+		done <- step()
+	}()
+	return done
 }
 
 func (r *Reconciler) now() time.Time {
@@ -242,46 +265,77 @@ func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating
 	return out, nil
 }
 
-// openJobs carries out startJobs, then armJobs. It returns when to come back for a Job it left
-// unarmed (zero: none).
+// openJobs carries out startJobs and armJobs, their API calls side by side (a pass that releases
+// a group's first pods also creates the next group's Job and arms its own: one after the other,
+// they held up the next pass by up to 150 ms on the local cluster). It returns when to come back
+// for a Job it left unarmed (zero: none).
 //
 // A Job this manager created less than armingGrace ago is armed only by a pass that makes the
 // consistent read anyway (to release pods): a pass that read only to arm would hold up, for the
 // length of that read and patch, the next pass, which releases the group's first pods (a
 // ReplicaSet creates them a moment after its Deployment). Arming later only starts the group's
 // clock later (armDeadline counts from the arming); a restarted manager, which remembers no
-// creation, arms at once.
+// creation, arms at once. A Job this pass creates is armed by it when the pass has made that read
+// and the read opened its group.
 func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, error) {
 	byKey := jobsByKey(jobs)
-	var err error
 	now := r.now()
-	for _, g := range startJobs(plan, td.Terminating) {
-		j, cerr := r.createJob(ctx, seq, g)
-		err = errors.Join(err, cerr)
-		if j != nil {
-			byKey[g.JobNamespace+"/"+g.JobName] = j
-			r.created.add(j.UID, now)
+	var later time.Duration
+	wait := func(d time.Duration) {
+		if later == 0 || d < later {
+			later = d
 		}
 	}
-	var later time.Duration
 	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
 		if j == nil || j.Spec.ActiveDeadlineSeconds != nil {
 			return false
 		}
-		if wait := r.created.grace(j.UID, now); wait > 0 && !gate.Read() {
-			if later == 0 || wait < later {
-				later = wait
-			}
+		if d := r.created.grace(j.UID, now); d > 0 && !gate.Read() {
+			wait(d)
 			return false
 		}
 		return true
 	}
-	arm, aerr := armJobs(plan, gate, unarmed, td.Terminating)
-	err = errors.Join(err, aerr)
-	for _, g := range arm {
-		err = errors.Join(err, r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g))
+	// Every decision is made first (the opener is not safe for concurrent use), the calls after.
+	arm, err := armJobs(plan, gate, unarmed, td.Terminating)
+	starts := startJobs(plan, td.Terminating)
+	armStarted := make([]bool, len(starts))
+	for i, g := range starts {
+		if !g.Open || !gate.Read() {
+			if g.Open {
+				wait(armingGrace)
+			}
+			continue
+		}
+		open, oerr := gate.Open(g.Name)
+		err = errors.Join(err, oerr)
+		armStarted[i] = open
 	}
+	var mu sync.Mutex
+	fail := func(e error) {
+		mu.Lock()
+		defer mu.Unlock()
+		err = errors.Join(err, e)
+	}
+	var wg sync.WaitGroup
+	for i, g := range starts {
+		wg.Go(func() {
+			j, cerr := r.createJob(ctx, seq, g)
+			if cerr != nil || j == nil {
+				fail(cerr)
+				return
+			}
+			r.created.add(j.UID, now)
+			if armStarted[i] {
+				fail(r.armJob(ctx, j, g))
+			}
+		})
+	}
+	for _, g := range arm {
+		wg.Go(func() { fail(r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
+	}
+	wg.Wait()
 	return later, err
 }
 

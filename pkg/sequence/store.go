@@ -95,6 +95,31 @@ func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {
 	s.cleared[seq] = groups
 }
 
+// Clear records the templates the controller on this replica released a moment ago, by group, as
+// cleared before the status that says so is written and seen: the consistent read that released
+// them is the same that clears them in that status. The sequence's next status replaces them (a
+// status older than the release, seen after it, only gates a few more pods until the next).
+func (s *ClearedStore) Clear(seq string, released map[string][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cleared == nil {
+		s.cleared = map[string]map[string]map[string]bool{}
+	}
+	groups := s.cleared[seq]
+	if groups == nil {
+		groups = map[string]map[string]bool{}
+		s.cleared[seq] = groups
+	}
+	for g, templates := range released {
+		if groups[g] == nil {
+			groups[g] = make(map[string]bool, len(templates))
+		}
+		for _, t := range templates {
+			groups[g][t] = true
+		}
+	}
+}
+
 // Cleared reports whether new pods of a template may start without the gate. Unknown means no:
 // the pod is gated and the controller decides.
 func (s *ClearedStore) Cleared(seq, group, template string) bool {

@@ -245,3 +245,66 @@ func TestWaitJobNamesThePlannedObjects(t *testing.T) {
 		t.Errorf("the waiter marks Job %q, want its own, shop/%s", args.Job, g.JobName)
 	}
 }
+
+// TestJobsCreatedAndArmedSideBySide: a pass that opens a group arms its Job and creates the next
+// group's Job at the same time. Each call here waits for the other to have started (for at most
+// 2 s): made one after the other, in either order, the first one fails.
+func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
+	ctx := context.Background()
+	ms := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1)}
+	dbJob := (&Reconciler{Image: "wavegate:test"}).waitJob("shop", Plan("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system")[0])
+	dbJob.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
+	created, armed := make(chan struct{}), make(chan struct{})
+	meet := func(mine, other chan struct{}, what string) error {
+		close(mine)
+		select {
+		case <-other:
+			return nil
+		case <-time.After(2 * time.Second):
+			return errors.New(what + " waited 2s for the other call: the calls are made one after the other")
+		}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(dbJob,
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: "shop", Labels: map[string]string{keys.WaiterRBACLabel: "true"}}}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
+				if _, ok := o.(*batchv1.Job); ok {
+					if err := meet(created, armed, "creating the next group's Job"); err != nil {
+						return err
+					}
+				}
+				return c.Create(ctx, o, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+				if _, ok := o.(*batchv1.Job); ok {
+					if err := meet(armed, created, "arming the open group's Job"); err != nil {
+						return err
+					}
+				}
+				return c.Patch(ctx, o, p, opts...)
+			},
+		}).Build()
+	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
+	var jobs batchv1.JobList
+	if err := c.List(ctx, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	plan := Plan("shop", ms, nil, jobStates(jobs.Items, nil), "wavegate-system")
+	if !plan[0].Open || plan[0].JobState != JobRunning || !plan[1].Prestart {
+		t.Fatalf("plan: %+v, %+v; want db open with its Job running, web prestarted", plan[0], plan[1])
+	}
+	gate := newOpener(plan, func() (map[string]bool, error) { return openGroups(plan), nil })
+	if _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.List(ctx, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	armedJobs := map[string]bool{}
+	for _, j := range jobs.Items {
+		armedJobs[j.Labels[keys.WaitGroupLabel]] = j.Spec.ActiveDeadlineSeconds != nil
+	}
+	if d := cmp.Diff(map[string]bool{"db": true, "web": false}, armedJobs); d != "" {
+		t.Errorf("wait Jobs armed (-want +got):\n%s", d)
+	}
+}
