@@ -144,21 +144,32 @@ func checkReleaseOrder(t *testing.T, ns string) {
 	g.Expect(checked).To(BeNumerically(">=", 3))
 }
 
-// waiterFinished returns when a wait Job's pod, run for real, exited successfully: the barrier
-// wavegate releases the next group on (before the Job controller marks the Job Complete).
+// waiterFinished returns when a wait Job's waiter found its group ready: the mark it wrote on its
+// Job, which wavegate releases the next group on, or, for a Job without one, when its pod exited.
+// Either way the pod, run for real, must succeed; it is waited for, because a kubelet (and the pod
+// runner) reports the exit only at its next PLEG relist, up to a second after the mark and so
+// after the next group's release.
 func waiterFinished(g Gomega, j batchv1.Job) time.Time {
-	pods, err := cs.CoreV1().Pods(j.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
-	g.Expect(err).NotTo(HaveOccurred())
-	if len(pods.Items) == 0 && j.Status.CompletionTime != nil {
-		return j.Status.CompletionTime.Time // an old revision's Job whose pod is already gone
+	var exited time.Time
+	g.Eventually(func(g Gomega) {
+		pods, err := cs.CoreV1().Pods(j.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
+		g.Expect(err).NotTo(HaveOccurred())
+		if len(pods.Items) == 0 && j.Status.CompletionTime != nil {
+			exited = j.Status.CompletionTime.Time // an old revision's Job whose pod is already gone
+			return
+		}
+		g.Expect(pods.Items).To(HaveLen(1))
+		p := pods.Items[0]
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "wait Job pods run for real and succeed")
+		g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		g.Expect(term).NotTo(BeNil())
+		exited = term.FinishedAt.Time
+	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+	if at, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaiterReadyAnnotation]); err == nil {
+		return at
 	}
-	g.Expect(pods.Items).To(HaveLen(1))
-	p := pods.Items[0]
-	g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "wait Job pods run for real and succeed")
-	g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-	term := p.Status.ContainerStatuses[0].State.Terminated
-	g.Expect(term).NotTo(BeNil())
-	return term.FinishedAt.Time
+	return exited
 }
 
 // rewriteNamespace copies a manifest into the test's directory with another namespace.

@@ -46,7 +46,7 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	var released time.Time
 	for _, j := range jobs.Items {
-		if j.Status.Succeeded > 0 || j.Status.CompletionTime != nil {
+		if j.Status.Succeeded > 0 || j.Status.CompletionTime != nil || j.Annotations[keys.WaiterReadyAnnotation] != "" {
 			if at := waiterFinished(g, j); at.After(released) {
 				released = at
 			}
