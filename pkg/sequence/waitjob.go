@@ -34,8 +34,8 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 }
 
 // succeededWaiters returns the UIDs of the wait Jobs of a sequence whose waiter found every member
-// ready, with when (zero if unknown): the waiter marked its Job (keys.WaiterReadyAnnotation), or its
-// pod succeeded (the waiter exited 0). It is the same evidence as the Job's Complete condition,
+// ready, with when (zero if unknown): the waiter marked its Job with the time
+// (keys.WaiterReadyAnnotation), or its pod succeeded (the waiter exited 0). It is the same evidence as the Job's Complete condition,
 // which the Job controller writes only after batching pod updates (about a second later); and the
 // mark comes before the pod's exit is reported, which a kubelet notices at its next PLEG relist
 // (every second). Only a pod in its Job's namespace counts (owner references do not cross
@@ -43,8 +43,8 @@ func (r *Reconciler) waitJobs(ctx context.Context, seq string) ([]batchv1.Job, e
 func (r *Reconciler) succeededWaiters(ctx context.Context, seq string, jobs []batchv1.Job) (map[types.UID]time.Time, error) {
 	out := map[types.UID]time.Time{}
 	for i := range jobs {
-		if v, ok := jobs[i].Annotations[keys.WaiterReadyAnnotation]; ok {
-			at, _ := time.Parse(time.RFC3339Nano, v)
+		// Only a time counts: anything else is not what a waiter writes (its pod's exit still counts).
+		if at, err := time.Parse(time.RFC3339Nano, jobs[i].Annotations[keys.WaiterReadyAnnotation]); err == nil {
 			out[jobs[i].UID] = at
 		}
 	}

@@ -123,8 +123,11 @@ func TestSucceededWaiterMarkedItsJob(t *testing.T) {
 	marked := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait", Namespace: "shop", UID: "marked",
 		Annotations: map[string]string{keys.WaiterReadyAnnotation: at.Format(time.RFC3339Nano)}}}
 	running := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait-2", Namespace: "shop", UID: "running"}}
+	// Not a time: not what a waiter writes.
+	garbage := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait-3", Namespace: "shop", UID: "garbage",
+		Annotations: map[string]string{keys.WaiterReadyAnnotation: "yes"}}}
 	r := &Reconciler{WaitPods: listOnly{r: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()}}
-	got, err := r.succeededWaiters(context.Background(), "shop", []batchv1.Job{marked, running})
+	got, err := r.succeededWaiters(context.Background(), "shop", []batchv1.Job{marked, running, garbage})
 	if err != nil {
 		t.Fatal(err)
 	}

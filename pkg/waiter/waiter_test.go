@@ -85,6 +85,7 @@ volumeBindingMode: WaitForFirstConsumer`
 var (
 	claimGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 	claim    = Member{GVR: claimGVR, Namespace: "ns", Name: "data"}
+	cms      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
 func newClient(t *testing.T, objs ...string) *dynamicfake.FakeDynamicClient {
@@ -96,6 +97,8 @@ func newClient(t *testing.T, objs ...string) *dynamicfake.FakeDynamicClient {
 	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		claimGVR:       "PersistentVolumeClaimList",
 		storageClasses: "StorageClassList",
+		cms:            "ConfigMapList",
+		jobs:           "JobList",
 	}, parsed...)
 }
 
@@ -194,10 +197,7 @@ func waitThroughForbidden(t *testing.T, client dynamic.Interface, o Options, out
 
 // Without claims among the members the waiter does not touch StorageClasses.
 func TestWaitWithoutClaimsDoesNotReadStorageClasses(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		cms: "ConfigMapList", storageClasses: "StorageClassList",
-	}, parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	client := newClient(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`)
 	client.PrependReactor("*", "storageclasses", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		t.Errorf("unexpected %s on storageclasses", a.GetVerb())
 		return true, nil, forbidden()
@@ -212,9 +212,7 @@ func TestWaitWithoutClaimsDoesNotReadStorageClasses(t *testing.T) {
 // access by retrying its first LIST at short intervals, says so, and does not wait out an
 // informer's back-off (0.8 s and more) once the access exists.
 func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
-		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	client := newClient(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`)
 	var allowed atomic.Bool
 	client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if allowed.Load() {
@@ -233,9 +231,7 @@ func TestWaitForbiddenUntilItsAccessExists(t *testing.T) {
 // A group whose members are all ready when the waiter may first read them is released on those
 // lists: no watch is started.
 func TestWaitReadyAtTheFirstList(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
-		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`))
+	client := newClient(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`)
 	client.PrependWatchReactor("*", func(a clienttesting.Action) (bool, watch.Interface, error) {
 		t.Errorf("a watch on %s was started", a.GetResource())
 		return false, nil, nil
@@ -253,7 +249,6 @@ func TestWaitReadyAtTheFirstList(t *testing.T) {
 // replica's, lagging) is not ready, whatever its status says: an older generation, or the object
 // a recreated member replaced. The group is ready once the view reaches the planned object.
 func TestWaitStaleViewIsNotReady(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	for name, tc := range map[string]struct{ stale, current, want string }{
 		"an older generation": {
 			stale:   `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns, uid: u1, generation: 1}}`,
@@ -267,8 +262,7 @@ func TestWaitStaleViewIsNotReady(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-				map[schema.GroupVersionResource]string{cms: "ConfigMapList"}, parse(t, tc.stale))
+			client := newClient(t, tc.stale)
 			out := newOutput(tc.want)
 			done := make(chan error, 1)
 			go func() {
@@ -301,9 +295,7 @@ func TestWaitStaleViewIsNotReady(t *testing.T) {
 // not from a second list per kind (nor a streamed one, which the API server answers only once its
 // watch cache has caught up with etcd).
 func TestWaitWatchesFromItsFirstLists(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{cms: "ConfigMapList"},
-		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: ns}}`))
+	client := newClient(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: ns}}`)
 	var lists atomic.Int32
 	client.PrependReactor("list", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 		lists.Add(1)
@@ -342,11 +334,8 @@ func TestWaitWatchesFromItsFirstLists(t *testing.T) {
 // group on that, before the kubelet reports the exit), retrying while its Role does not allow it
 // yet.
 func TestWaitMarksItsJobReady(t *testing.T) {
-	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{cms: "ConfigMapList", jobs: "JobList"},
-		parse(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`),
-		parse(t, `{apiVersion: batch/v1, kind: Job, metadata: {name: wj, namespace: ns}}`))
+	client := newClient(t, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: ns}}`,
+		`{apiVersion: batch/v1, kind: Job, metadata: {name: wj, namespace: ns}}`)
 	var refused atomic.Int32
 	client.PrependReactor("patch", "jobs", func(clienttesting.Action) (bool, runtime.Object, error) {
 		if refused.Add(1) <= 2 {
