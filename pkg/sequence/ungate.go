@@ -5,6 +5,7 @@ package sequence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -44,6 +45,9 @@ func TemplateToken(o metav1.Object) string {
 // ungated is what ungate decided: the pods still gated per group, the templates it releases, and
 // the pods to release (release removes their gates).
 type ungated struct {
+	// seq is the sequence; known are the pods the pass has decided on (gated or not).
+	seq      string
+	known    map[types.UID]bool
 	gated    map[string]int32
 	released map[string][]string
 	// running are, per group, the templates of the cached pods that have no gate.
@@ -58,6 +62,16 @@ func (u *ungated) releasing(group, template string) {
 	if template != "" && !slices.Contains(u.released[group], template) {
 		u.released[group] = append(u.released[group], template)
 	}
+}
+
+// straggler reports whether a gated pod of group, made from template, that the pass's read did not
+// find goes with the pods the pass releases: its template is one the pass clears, in the same
+// group. Admission lets every pod of that template created from now on start without the gate; a
+// pod created while the pass read and decided was gated only because admission had not heard yet.
+// A bare pod (no template) and a pod of a template the read did not release wait for a read of
+// their own.
+func (u *ungated) straggler(group, template string) bool {
+	return template != "" && slices.Contains(u.released[group], template)
 }
 
 // freshView plans a sequence on a consistent read of its members and wait Jobs from the API
@@ -138,13 +152,12 @@ func (f *freshView) listPods(ctx context.Context, ns string) error {
 // (an earlier group's objects created a moment before the pods) never releases a pod early. On an
 // error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
-	out := &ungated{gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{}}
-	seen := make(map[types.UID]bool, len(pods))
+	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{}}
 	var candidates []*corev1.Pod
 	now := r.now()
 	r.recent.expire(now)
 	for _, p := range pods {
-		seen[p.UID] = true
+		out.known[p.UID] = true
 		if t := TemplateToken(p); t != "" && !hasGate(p) && !slices.Contains(out.running[p.Labels[keys.GroupLabel]], t) {
 			out.running[p.Labels[keys.GroupLabel]] = append(out.running[p.Labels[keys.GroupLabel]], t)
 		}
@@ -183,9 +196,10 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 	// list (a ReplicaSet creates a hundred pods over a second): they existed when the read found
 	// their group open, so those of open groups go too.
 	for _, p := range fresh.pods {
-		if seen[p.UID] {
+		if out.known[p.UID] {
 			continue
 		}
+		out.known[p.UID] = true
 		group := p.Labels[keys.GroupLabel]
 		if open, err := gate.Open(group); err != nil {
 			return out, err
@@ -194,17 +208,61 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 			out.releasing(group, TemplateToken(&p))
 		}
 	}
+	// The pods the cache has seen since, of the templates released here, go too (stragglers).
+	more, err := r.stragglers(ctx, out)
+	out.pods = append(out.pods, more...)
+	return out, err
+}
+
+// stragglers returns the cached gated pods that the pass has not decided on and that go with the
+// pods it releases (ungated.straggler): a ReplicaSet still creating a hundred pods leaves dozens
+// that the pass's read did not find, and each would otherwise wait for the release to end, then
+// for another pass and another consistent read (400-500 ms on the local cluster).
+func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod, error) {
+	if len(u.released) == 0 {
+		return nil, nil
+	}
+	pods, err := r.sequencePods(ctx, u.seq)
+	if err != nil {
+		return nil, err
+	}
+	now := r.now()
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if u.known[p.UID] || !hasGate(p) || p.DeletionTimestamp != nil || r.recent.released(p.UID, now) {
+			continue
+		}
+		if u.straggler(p.Labels[keys.GroupLabel], TemplateToken(p)) {
+			u.known[p.UID] = true
+			out = append(out, p)
+		}
+	}
 	return out, nil
 }
 
-// release removes the gates ungate decided to remove, several at a time.
+// release removes the gates ungate decided to remove, several at a time, and those of the
+// stragglers the cache sees meanwhile: once the last of the others is under way (of a hundred,
+// the first third is done by then), and once they are all done.
 func (r *Reconciler) release(ctx context.Context, u *ungated) error {
-	var eg errgroup.Group
+	var eg, last errgroup.Group
 	eg.SetLimit(ungateParallelism)
-	for _, p := range u.pods {
+	r.goRemoveGates(ctx, &eg, u.pods, u.late)
+	more, err := r.stragglers(ctx, u)
+	r.goRemoveGates(ctx, &eg, more, nil)
+	err = errors.Join(err, eg.Wait())
+	more, lerr := r.stragglers(ctx, u)
+	last.SetLimit(ungateParallelism)
+	r.goRemoveGates(ctx, &last, more, nil)
+	return errors.Join(err, lerr, last.Wait())
+}
+
+// goRemoveGates removes, in eg, the gates of cached pods and of pods read from the API server
+// (late); it returns once the last one is under way.
+func (r *Reconciler) goRemoveGates(ctx context.Context, eg *errgroup.Group, pods []*corev1.Pod, late []client.ObjectKey) {
+	for _, p := range pods {
 		eg.Go(func() error { return r.removeGate(ctx, p) })
 	}
-	for _, key := range u.late {
+	for _, key := range late {
 		eg.Go(func() error {
 			p := &corev1.Pod{}
 			if err := r.APIReader.Get(ctx, key, p); err != nil {
@@ -216,7 +274,6 @@ func (r *Reconciler) release(ctx context.Context, u *ungated) error {
 			return r.removeGate(ctx, p)
 		})
 	}
-	return eg.Wait()
 }
 
 // ungateParallelism bounds the gate removals in flight: a group of a hundred pods is released in

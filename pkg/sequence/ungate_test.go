@@ -39,13 +39,16 @@ func gatedPod(name, group, template string) *corev1.Pod {
 // TestUngateReleasesPodsOfTheConsistentRead: the pods the opener's consistent read found, and the
 // cache had not seen yet, are released in the same pass when their group is open (a ReplicaSet
 // creates its pods over a second; each left to a later reconcile paid another consistent read),
-// and only then: those of a closed group stay gated, and so do a pod the read did not find and a
-// pod of another sequence in the namespace. Pods created after the read stay gated, whatever their
-// template: the read did not see them, and the next reconcile decides on a read of its own.
+// and only then: those of a closed group stay gated, and so does a pod of another sequence in the
+// namespace. Of the pods created after the read, only those of a template the pass releases, in
+// the same group, go too (stragglers: admission lets every later pod of that template start
+// ungated); a bare pod, a new template, and the same template in another group's label stay gated
+// until a read of their own.
 func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	cached := gatedPod("cached", "web", "a")
 	late, lateClosed := gatedPod("late", "web", "b"), gatedPod("late-closed", "db", "c")
 	unread, unreadSame, unreadNew := gatedPod("unread", "web", ""), gatedPod("unread-same-template", "web", "a"), gatedPod("unread-new-template", "web", "d")
+	unreadOtherGroup := gatedPod("unread-same-template-other-group", "db", "a")
 	other := gatedPod("other-sequence", "web", "a")
 	other.Labels[keys.SequenceLabel] = "shop.other"
 	byPodSequence := func(o client.Object) []string { return []string{members.SequenceOf(o)} }
@@ -70,7 +73,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 		if err := fresh.listPods(ctx, "shop"); err != nil {
 			return nil, err
 		}
-		for _, p := range []*corev1.Pod{unread, unreadSame, unreadNew} {
+		for _, p := range []*corev1.Pod{unread, unreadSame, unreadNew, unreadOtherGroup} {
 			if err := api.Create(ctx, p.DeepCopy()); err != nil {
 				return nil, err
 			}
@@ -84,11 +87,19 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The straggler the cache has seen by the decision goes in the pass's first round of patches.
+	var first []string
+	for _, p := range u.pods {
+		first = append(first, p.Name)
+	}
+	if d := cmp.Diff([]string{"cached", "unread-same-template"}, first); d != "" {
+		t.Errorf("cached pods released first (-want +got):\n%s", d)
+	}
 	if err := r.release(ctx, u); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
-	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread, unreadSame, unreadNew, other} {
+	for _, p := range []*corev1.Pod{cached, late, lateClosed, unread, unreadSame, unreadNew, unreadOtherGroup, other} {
 		cur := &corev1.Pod{}
 		if err := api.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			t.Fatal(err)
@@ -96,7 +107,7 @@ func TestUngateReleasesPodsOfTheConsistentRead(t *testing.T) {
 		got[p.Name] = hasGate(cur)
 	}
 	want := map[string]bool{"cached": false, "late": false, "late-closed": true, "unread": true,
-		"unread-same-template": true, "unread-new-template": true, "other-sequence": true}
+		"unread-same-template": false, "unread-new-template": true, "unread-same-template-other-group": true, "other-sequence": true}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("gated (-want +got):\n%s", d)
 	}
@@ -250,5 +261,59 @@ func TestReleasedPodsAreNotPatchedTwice(t *testing.T) {
 	}
 	if reads != 1 {
 		t.Errorf("%d consistent reads, want 1: the second pass has nothing to decide", reads)
+	}
+}
+
+// TestReleaseTakesStragglersSeenMeanwhile: a pod of a template the pass releases that the cache
+// sees only while the gates are being removed (a ReplicaSet still creating its pods) is released
+// by the same pass, once the others are; one the cache has not seen yet is left to the next pass,
+// which sees it.
+func TestReleaseTakesStragglersSeenMeanwhile(t *testing.T) {
+	first, meanwhile, unseen := gatedPod("web-1", "web", "a"), gatedPod("web-2", "web", "a"), gatedPod("web-3", "web", "a")
+	byPodSequence := func(o client.Object) []string { return []string{members.SequenceOf(o)} }
+	cache := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithIndex(&corev1.Pod{}, PodSequenceIndex, byPodSequence).
+		WithObjects(first.DeepCopy()).Build()
+	store := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(first.DeepCopy()).Build()
+	ctx := context.Background()
+	var created atomic.Bool
+	api := interceptor.NewClient(store, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, o client.Object, pt client.Patch, opts ...client.PatchOption) error {
+			if o.GetName() == first.Name && !created.Swap(true) {
+				// The ReplicaSet creates two more pods while the first one's gate is removed; the
+				// cache sees one of them before the patch returns.
+				for _, p := range []*corev1.Pod{meanwhile, unseen} {
+					if err := c.Create(ctx, p.DeepCopy()); err != nil {
+						return err
+					}
+				}
+				if err := cache.Create(ctx, meanwhile.DeepCopy()); err != nil {
+					return err
+				}
+			}
+			return c.Patch(ctx, o, pt, opts...)
+		}})
+	r := &Reconciler{Client: &listFrom{Client: api, lister: cache}, APIReader: api}
+	gated := func() map[string]bool {
+		got := map[string]bool{}
+		for _, p := range []*corev1.Pod{first, meanwhile, unseen} {
+			cur := &corev1.Pod{}
+			if err := store.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+				t.Fatal(err)
+			}
+			got[p.Name] = hasGate(cur)
+		}
+		return got
+	}
+	u, err := r.ungate(ctx, cachedPods(t, r), newOpener([]*Group{{Name: "web", Open: true}}, func() (map[string]bool, error) {
+		return map[string]bool{"web": true}, nil
+	}), &freshView{r: r, seq: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.release(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(map[string]bool{"web-1": false, "web-2": false, "web-3": true}, gated()); d != "" {
+		t.Errorf("gated after the pass (-want +got):\n%s", d)
 	}
 }
