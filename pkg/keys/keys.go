@@ -19,6 +19,11 @@ const (
 	// SequenceLabel separates independent sequences. Default: the object's namespace.
 	SequenceLabel = Domain + "/sequence"
 
+	// AdmittedLabel on a pod says that wavegate's webhook admitted it when it was created: "true".
+	// The webhook's object selector leaves such pods out, so that their updates (a gate removal
+	// among them) skip the webhook and its match conditions; templates never carry it.
+	AdmittedLabel = Domain + "/admitted"
+
 	// WaitJobLabel marks wavegate's companion wait Jobs: "true".
 	WaitJobLabel = Domain + "/wait-job"
 	// WaitGroupLabel on a wait Job names the group it waits for (not GroupLabel: that would make

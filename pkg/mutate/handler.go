@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,6 +17,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 	"wavegate.io/wavegate/pkg/teardown"
@@ -119,6 +121,12 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		} else {
 			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 		}
+		if _, ok := tpl.Labels[keys.AdmittedLabel]; ok {
+			// A pod created with it would skip the webhook, and with it the gate.
+			ops = append(ops, jsonpatch.NewOperation("remove", patch.Pointer(tpl.Path+"/metadata/labels", keys.AdmittedLabel), nil))
+			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits, and a pod created with it would not be gated",
+				strings.ReplaceAll(strings.TrimPrefix(tpl.Path, "/"), "/", "."), keys.AdmittedLabel))
+		}
 	}
 	// Only members in their own right get the finalizer: a ReplicaSet inherits its Deployment's
 	// labels but its Deployment is the member, and nothing would ever release it.
@@ -130,11 +138,18 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers", []string{keys.TeardownFinalizer}))
 		}
 	}
-	if _, ok := obj.Labels[keys.GroupLabel]; req.GroupKind == podGroupKind && req.Create && !ok {
-		// A pod grouped only by a policy's label (a bare pod, an operator's, one of a template admitted
-		// before its namespace opted in) carries the group in wavegate's label too: the controller
-		// finds the pods it releases by that label.
-		ops = setEntries(ops, "/metadata/labels", obj.Labels, map[string]string{keys.GroupLabel: res.Group})
+	if req.GroupKind == podGroupKind && req.Create {
+		// The pod's updates (the gate's removal among them) skip the webhook: its object selector
+		// leaves out admitted pods, before the API server evaluates the match conditions (which
+		// convert the old and the new pod for CEL on every update).
+		labels := map[string]string{keys.AdmittedLabel: "true"}
+		if _, ok := obj.Labels[keys.GroupLabel]; !ok {
+			// A pod grouped only by a policy's label (a bare pod, an operator's, one of a template
+			// admitted before its namespace opted in) carries the group in wavegate's label too: the
+			// controller finds the pods it releases by that label.
+			labels[keys.GroupLabel] = res.Group
+		}
+		ops = setEntries(ops, "/metadata/labels", obj.Labels, labels)
 	}
 	if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
 		(req.Gates == nil || !req.Gates.Cleared(res.Sequence, res.Group, obj.templateToken())) {

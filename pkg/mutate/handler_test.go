@@ -36,14 +36,15 @@ func meta(labels, annotations map[string]string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: "x", Namespace: "shop", Labels: labels, Annotations: annotations}
 }
 
-func deployment(labels, annotations map[string]string) *appsv1.Deployment {
+// deployment is a Deployment of pods labeled app=web and templateLabels (key, value pairs).
+func deployment(labels, annotations map[string]string, templateLabels ...string) *appsv1.Deployment {
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: meta(labels, annotations),
 		Spec: appsv1.DeploymentSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: with(map[string]string{"app": "web"}, templateLabels...)},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
 			},
 		},
@@ -153,6 +154,16 @@ func TestMutate(t *testing.T) {
 			want: observed{
 				Annotations:    with(resolved("shop", "database", "1", "100"), keys.ArgoCDSyncWaveAnnotation, "100"),
 				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "database"},
+			},
+		},
+		"a template never carries the admitted label": {
+			obj: deployment(web, nil, keys.AdmittedLabel, "true"),
+			gk:  deploymentGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
+				Warnings: []string{"spec.template.metadata.labels[wavegate.io/admitted]: removed; wavegate sets it on the pods it admits, " +
+					"and a pod created with it would not be gated"},
 			},
 		},
 		"job without template metadata": {
@@ -420,12 +431,13 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: meta(member, nil), Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 	raw, _ := json.Marshal(pod)
 	resp := Mutate(parse(t, raw, podGK), Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true}, nil)
-	gated := false
+	gated, admitted := false, false
 	for _, op := range resp.Patches {
 		gated = gated || op.Path == "/spec/schedulingGates"
+		admitted = admitted || op.Path == "/metadata/labels/wavegate.io~1admitted" && op.Value == "true"
 	}
-	if !gated {
-		t.Errorf("a new member pod was not gated: %+v", resp.Patches)
+	if !gated || !admitted {
+		t.Errorf("a new member pod was not gated and labeled %s=true: %+v", keys.AdmittedLabel, resp.Patches)
 	}
 	// A pod grouped only by a policy's label is gated and labeled with its group: the controller
 	// finds the pods to release by wavegate's label.
@@ -449,8 +461,9 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	if err := json.Unmarshal(out, got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Labels[keys.GroupLabel] != "database" || len(got.Spec.SchedulingGates) != 1 {
-		t.Errorf("a pod grouped by the policy's label: labels %v, gates %v; want %s=database and the gate", got.Labels, got.Spec.SchedulingGates, keys.GroupLabel)
+	if got.Labels[keys.GroupLabel] != "database" || got.Labels[keys.AdmittedLabel] != "true" || len(got.Spec.SchedulingGates) != 1 {
+		t.Errorf("a pod grouped by the policy's label: labels %v, gates %v; want %s=database, %s=true and the gate",
+			got.Labels, got.Spec.SchedulingGates, keys.GroupLabel, keys.AdmittedLabel)
 	}
 	if again := Mutate(parse(t, out, podGK), req, idx); len(again.Patches) != 0 {
 		t.Errorf("a second pass patched the pod again: %+v", again.Patches)

@@ -3,9 +3,11 @@ package teardown_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,11 +48,15 @@ func TestPermissionsAreClusterWide(t *testing.T) {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	p := &teardown.Permissions{Client: kubernetes.NewForConfigOrDie(cfg)}
-	if err := p.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !p.CanPatch("apps", "deployments") {
-		t.Error("a ClusterRole's grant did not count")
+	// The API server's authorizer sees new bindings through its own informers, a moment later (on
+	// a busy machine, after the first review).
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := p.Refresh(ctx); err != nil {
+			return false, err
+		}
+		return p.CanPatch("apps", "deployments"), nil
+	}); err != nil {
+		t.Fatalf("a ClusterRole's grant did not count: %v", err)
 	}
 	if p.CanPatch("", "configmaps") {
 		t.Error("a Role in one namespace counted as a grant in every namespace")

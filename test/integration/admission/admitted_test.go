@@ -1,0 +1,69 @@
+package admission
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/mutate"
+)
+
+// podUpdatesExcluded is how many pod-or-other UPDATEs the API server has left out of wavegate's
+// mutating webhook by its match conditions (it counts each exclusion).
+func podUpdatesExcluded(g Gomega) float64 {
+	raw, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	n := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "apiserver_admission_match_condition_exclusions_total{") ||
+			!strings.Contains(l, `name="objects.wavegate.io"`) || !strings.Contains(l, `operation="UPDATE"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		g.Expect(err).NotTo(HaveOccurred())
+		n += v
+	}
+	return n
+}
+
+// TestAdmittedPodsSkipTheWebhookOnUpdate: a member pod is labeled admitted when it is created, and
+// its updates (a gate removal among them) then reach neither the webhook nor its match conditions:
+// the object selector leaves them out first, so the API server converts no pod for CEL. Without
+// the label, an update reaches the match conditions, which leave it out: the API server counts that
+// exclusion (the count can move).
+func TestAdmittedPodsSkipTheWebhookOnUpdate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t, true)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Labels: labels(keys.GroupLabel, "web", keys.GroupOrderLabel, "1")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	g.Expect(pod.Labels).To(HaveKeyWithValue(keys.AdmittedLabel, "true"))
+	label := func(key string, value any) {
+		t.Helper()
+		p, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(env.Client.Patch(ctx, pod, client.RawPatch("application/merge-patch+json", p))).To(Succeed())
+	}
+
+	calls, excluded := webhookRequests(g, mutate.Path), podUpdatesExcluded(g)
+	label("team", "a")
+	g.Expect(podUpdatesExcluded(g)).To(Equal(excluded), "an admitted pod's update reached the match conditions")
+	label(keys.AdmittedLabel, nil)
+	g.Expect(podUpdatesExcluded(g)).To(BeNumerically(">", excluded), "the update that removed the label was not left out by the match conditions")
+	g.Expect(webhookRequests(g, mutate.Path)).To(Equal(calls), "a pod update reached the webhook")
+}
