@@ -21,6 +21,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -97,6 +98,15 @@ func Start() (*Env, error) {
 	if err := e.Client.Create(context.Background(), ns); err != nil {
 		return nil, err
 	}
+	policies, err := RenderPolicies(filepath.Join(root, "config", "webhook"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range policies {
+		if err := e.Client.Create(context.Background(), p); err != nil {
+			return nil, fmt.Errorf("installing %s %s: %w", p.GetKind(), p.GetName(), err)
+		}
+	}
 	return e, nil
 }
 
@@ -113,6 +123,27 @@ func (e *Env) Stop() error { return e.env.Stop() }
 
 // WebhookOptions returns where the API server expects the webhook and the CA it trusts.
 func (e *Env) WebhookOptions() envtest.WebhookInstallOptions { return e.env.WebhookInstallOptions }
+
+// RenderPolicies renders a kustomization and returns its ValidatingAdmissionPolicies and their
+// bindings.
+func RenderPolicies(dir string) ([]*unstructured.Unstructured, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		if k := r.GetKind(); k != "ValidatingAdmissionPolicy" && k != "ValidatingAdmissionPolicyBinding" {
+			continue
+		}
+		o, err := r.Map()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &unstructured.Unstructured{Object: o})
+	}
+	return out, nil
+}
 
 // RenderWebhooks renders a kustomization and returns its webhook configurations.
 func RenderWebhooks(dir string) ([]*admissionregistrationv1.MutatingWebhookConfiguration, []*admissionregistrationv1.ValidatingWebhookConfiguration, error) {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -66,4 +67,31 @@ func TestAdmittedPodsSkipTheWebhookOnUpdate(t *testing.T) {
 	label(keys.AdmittedLabel, nil)
 	g.Expect(podUpdatesExcluded(g)).To(BeNumerically(">", excluded), "the update that removed the label was not left out by the match conditions")
 	g.Expect(webhookRequests(g, mutate.Path)).To(Equal(calls), "a pod update reached the webhook")
+}
+
+// TestAdmittedLabelOnlyOnPods: any other object carrying wavegate.io/admitted in an opted-in
+// namespace would skip the webhook, so the API server refuses it (config/webhook's admission
+// policy), naming the label; the update that removes it goes through, and outside opted-in
+// namespaces the label means nothing.
+func TestAdmittedLabelOnlyOnPods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, elsewhere := namespace(t, true), namespace(t, false)
+	marked := labels(keys.GroupLabel, "web", keys.GroupOrderLabel, "1", keys.AdmittedLabel, "true")
+	// The API server loads a policy a moment after it is created.
+	g.Eventually(func() error {
+		return env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "settings-", Namespace: ns, Labels: marked}})
+	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("metadata.labels[wavegate.io/admitted]: only wavegate sets this label")))
+	g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: elsewhere, Labels: marked}})).To(Succeed())
+
+	// An object that got the label before the policy (created before wavegate was installed, say)
+	// can lose it.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: elsewhere}}
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(env.Client.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}},
+		client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"wavegate.io/enabled":"true"}}}`)))).To(Succeed())
+	p, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{keys.AdmittedLabel: nil}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Patch(ctx, cm, client.RawPatch("application/merge-patch+json", p))).To(Succeed())
+	g.Expect(cm.Labels).NotTo(HaveKey(keys.AdmittedLabel))
 }
