@@ -69,4 +69,3 @@ func TestAdmissionHearsOfAReleaseBeforeTheStatus(t *testing.T) {
 	// The web's pods are still gated: its group is not released.
 	expectGated(t, podOf(t, a.web, a.web.Spec.Template, "pod-template-hash", "v1"))
 }
-
