@@ -1,42 +1,37 @@
 package admission
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/mutate"
+	"wavegate.io/wavegate/test/framework"
 )
 
-// podUpdatesExcluded is how many pod-or-other UPDATEs the API server has left out of wavegate's
-// mutating webhook by its match conditions (it counts each exclusion).
+// podUpdatesExcluded is how many UPDATEs the API server has left out of wavegate's mutating
+// webhook by its match conditions (it counts each exclusion).
 func podUpdatesExcluded(g Gomega) float64 {
-	raw, err := kubernetes.NewForConfigOrDie(env.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	families, err := framework.APIServerMetrics(context.Background(), kubernetes.NewForConfigOrDie(env.Config))
 	g.Expect(err).NotTo(HaveOccurred())
 	n := 0.0
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, "apiserver_admission_match_condition_exclusions_total{") ||
-			!strings.Contains(l, `name="objects.wavegate.io"`) || !strings.Contains(l, `operation="UPDATE"`) {
-			continue
+	for _, m := range families["apiserver_admission_match_condition_exclusions_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
 		}
-		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
-		g.Expect(err).NotTo(HaveOccurred())
-		n += v
+		if labels["name"] == "objects.wavegate.io" && labels["operation"] == "UPDATE" {
+			n += m.GetCounter().GetValue()
+		}
 	}
 	return n
 }
@@ -71,8 +66,8 @@ func TestAdmittedPodsSkipTheWebhookOnUpdate(t *testing.T) {
 
 // TestAdmittedLabelOnlyOnPods: any other object carrying wavegate.io/admitted in an opted-in
 // namespace would skip the webhook, so the API server refuses it (config/webhook's admission
-// policy), naming the label; the update that removes it goes through, and outside opted-in
-// namespaces the label means nothing.
+// policy), naming the label, and so is a cluster-scoped one; the update that removes it goes
+// through, and outside opted-in namespaces the label means nothing.
 func TestAdmittedLabelOnlyOnPods(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -83,6 +78,9 @@ func TestAdmittedLabelOnlyOnPods(t *testing.T) {
 		return env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "settings-", Namespace: ns, Labels: marked}})
 	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("metadata.labels[wavegate.io/admitted]: only wavegate sets this label")))
 	g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: elsewhere, Labels: marked}})).To(Succeed())
+	// A cluster-scoped object has no namespace to opt in: it would reach the webhook, so it is refused too.
+	g.Expect(env.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{GenerateName: "admitted-", Labels: marked}})).
+		To(MatchError(ContainSubstring("metadata.labels[wavegate.io/admitted]")))
 
 	// An object that got the label before the policy (created before wavegate was installed, say)
 	// can lose it.

@@ -21,9 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -204,14 +201,9 @@ var writeVerbs = []string{"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLL
 // apiRequests reads apiserver_request_total from the API server's /metrics.
 func apiRequests(b *testing.B, cs kubernetes.Interface) requests {
 	b.Helper()
-	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	families, err := framework.APIServerMetrics(context.Background(), cs)
 	if err != nil {
-		b.Fatalf("reading the API server's metrics: %v", err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
-	if err != nil {
-		b.Fatalf("parsing the API server's metrics: %v", err)
+		b.Fatal(err)
 	}
 	out := requests{}
 	for _, m := range families["apiserver_request_total"].GetMetric() {
