@@ -98,9 +98,15 @@ func Start() (*Env, error) {
 	if err := e.Client.Create(context.Background(), ns); err != nil {
 		return nil, err
 	}
-	policies, err := RenderPolicies(filepath.Join(root, "config", "webhook"))
-	if err != nil {
-		return nil, err
+	// The admission policies: the admitted label's (config/webhook) and the manager's writes'
+	// (config/rbac).
+	var policies []*unstructured.Unstructured
+	for _, dir := range []string{"webhook", "rbac"} {
+		ps, err := RenderPolicies(filepath.Join(root, "config", dir))
+		if err != nil {
+			return nil, err
+		}
+		policies = append(policies, ps...)
 	}
 	for _, p := range policies {
 		if err := e.Client.Create(context.Background(), p); err != nil {

@@ -1,0 +1,105 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/manager"
+	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/test/framework"
+)
+
+// asManager is a client that acts as wavegate's manager: its ServiceAccount (the name config/default
+// gives it), with every permission, so that only the admission policy can refuse.
+func asManager(g Gomega) client.Client {
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + framework.WavegateNamespace + ":wavegate-manager",
+		Groups:   []string{"system:masters", "system:authenticated"},
+	}
+	c, err := client.New(cfg, client.Options{Scheme: manager.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+func waitJob(ns, name, account string) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{keys.WaitJobLabel: "true"}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			ServiceAccountName: account, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "wait", Image: "wavegate"}},
+		}}},
+	}
+}
+
+// TestManagerWritesOnlyWhatWavegateMakes: the manager's roles let it create Jobs, ServiceAccounts,
+// roles and bindings anywhere (RBAC cannot limit a creation by name); config/rbac's admission
+// policy refuses, for its ServiceAccount, anything but wait Jobs run by the waiter's ServiceAccount
+// and the waiter's own access, in opted-in namespaces and its own. Each refusal names the rule.
+func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgr := asManager(g)
+	ns, elsewhere := namespace(t, true), namespace(t, false)
+	waiter := sequence.WaiterServiceAccount
+
+	// The API server loads a policy a moment after it is created.
+	g.Eventually(func() error {
+		return mgr.Create(ctx, waitJob(elsewhere, "wavegate-wait-a", waiter))
+	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("only in namespaces labeled wavegate.io/enabled=true")))
+	g.Expect(mgr.Create(ctx, waitJob(ns, "wavegate-wait-a", waiter))).To(Succeed())
+	g.Expect(mgr.Create(ctx, waitJob(framework.WavegateNamespace, "wavegate-wait-a", waiter))).To(Succeed())
+	g.Expect(mgr.Create(ctx, waitJob(ns, "wavegate-wait-b", "default"))).To(MatchError(ContainSubstring("run by the ServiceAccount wavegate-waiter")))
+	plain := waitJob(ns, "batch", waiter)
+	plain.Labels = nil
+	g.Expect(mgr.Create(ctx, plain)).To(MatchError(ContainSubstring("only wait Jobs")))
+
+	g.Expect(mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: ns}})).
+		To(MatchError(ContainSubstring("serviceaccounts only named wavegate-waiter, not admin")))
+	g.Expect(mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: elsewhere}})).
+		To(MatchError(ContainSubstring("only in namespaces labeled")))
+	// The suite's manager provisions the waiter's ServiceAccount, Role and RoleBinding in every
+	// opted-in namespace: a creation that finds them admitted it (the API server admits before it
+	// stores).
+	admitted := func(err error) { t.Helper(); g.Expect(client.IgnoreAlreadyExists(err)).To(Succeed()) }
+	admitted(mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns}}))
+
+	read := rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}
+	mark := rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: []string{"wavegate-wait-a"}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns, Labels: map[string]string{keys.WaiterRBACLabel: "true"}},
+		Rules: []rbacv1.PolicyRule{read, mark}}
+	admitted(mgr.Create(ctx, role))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	secrets := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}
+	role.Rules = []rbacv1.PolicyRule{read, mark, secrets}
+	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a rule on Secrets")
+	role.Rules = []rbacv1.PolicyRule{read, {APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"patch"}}}
+	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a write")
+	g.Expect(mgr.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wavegate-reader"}, Rules: []rbacv1.PolicyRule{read}})).
+		To(MatchError(ContainSubstring("only named wavegate-waiter")))
+
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: waiter}
+	other := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns}, RoleRef: ref,
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}}}
+	g.Expect(mgr.Create(ctx, other)).To(MatchError(ContainSubstring("only to ServiceAccounts named wavegate-waiter")))
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns}, RoleRef: ref,
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: waiter, Namespace: ns}}}
+	admitted(mgr.Create(ctx, binding))
+
+	// Anyone else, and the manager on what it did not make (a member's finalizer, say), is not checked.
+	g.Expect(env.Client.Create(ctx, waitJob(elsewhere, "batch", "default"))).To(Succeed())
+	member := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: elsewhere}, Rules: []rbacv1.PolicyRule{secrets}}
+	g.Expect(env.Client.Create(ctx, member)).To(Succeed())
+	member.Labels = map[string]string{"team": "a"}
+	g.Expect(mgr.Update(ctx, member)).To(Succeed())
+}
