@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -47,6 +48,9 @@ type Env struct {
 	env    *envtest.Environment
 	Config *rest.Config
 	Client client.Client
+	// ManagerTransport, when set before StartManager, wraps the transport of every request the
+	// manager makes (a test that times something into a reconcile's window), and only the manager's.
+	ManagerTransport func(http.RoundTripper) http.RoundTripper
 }
 
 // RepoRoot returns the directory holding go.mod.
@@ -204,7 +208,12 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 		Namespace:                WavegateNamespace,
 		WaiterImage:              "wavegate:test",
 	}
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+	restCfg := e.Config
+	if e.ManagerTransport != nil {
+		restCfg = rest.CopyConfig(e.Config)
+		restCfg.Wrap(e.ManagerTransport)
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 manager.Scheme(),
 		Cache:                  manager.CacheOptions(cfg),
 		Controller:             ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
