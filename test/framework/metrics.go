@@ -24,3 +24,19 @@ func APIServerMetrics(ctx context.Context, cs kubernetes.Interface) (map[string]
 	}
 	return families, nil
 }
+
+// CounterSum adds up the counters of a metric family whose labels include every one of want (nil
+// family: zero).
+func CounterSum(family *dto.MetricFamily, want map[string]string) float64 {
+	n := 0.0
+	for _, m := range family.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if ContainsAll(got, want) {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}

@@ -23,17 +23,8 @@ import (
 func podUpdatesExcluded(g Gomega) float64 {
 	families, err := framework.APIServerMetrics(context.Background(), kubernetes.NewForConfigOrDie(env.Config))
 	g.Expect(err).NotTo(HaveOccurred())
-	n := 0.0
-	for _, m := range families["apiserver_admission_match_condition_exclusions_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["name"] == "objects.wavegate.io" && labels["operation"] == "UPDATE" {
-			n += m.GetCounter().GetValue()
-		}
-	}
-	return n
+	return framework.CounterSum(families["apiserver_admission_match_condition_exclusions_total"],
+		map[string]string{"name": "objects.wavegate.io", "operation": "UPDATE"})
 }
 
 // TestAdmittedPodsSkipTheWebhookOnUpdate: a member pod is labeled admitted when it is created, and

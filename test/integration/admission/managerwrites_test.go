@@ -85,6 +85,13 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a rule on Secrets")
 	role.Rules = []rbacv1.PolicyRule{read, {APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"patch"}}}
 	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a write")
+	for _, bad := range []rbacv1.PolicyRule{
+		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}},                                            // every Job
+		{APIGroups: []string{"apps"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: []string{"wavegate-wait-a"}}, // not batch
+	} {
+		role.Rules = []rbacv1.PolicyRule{read, bad}
+		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("patch wait Jobs by name")), "the waiter's Role gained %v", bad)
+	}
 	g.Expect(mgr.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wavegate-reader"}, Rules: []rbacv1.PolicyRule{read}})).
 		To(MatchError(ContainSubstring("only named wavegate-waiter")))
 

@@ -12,6 +12,7 @@ import (
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/mutate"
+	"wavegate.io/wavegate/test/framework"
 )
 
 // webhookRequests is how many admission reviews wavegate's webhook server has answered on path.
@@ -20,15 +21,8 @@ func webhookRequests(g Gomega, path string) float64 {
 	g.Expect(err).NotTo(HaveOccurred())
 	n := 0.0
 	for _, f := range families {
-		if f.GetName() != "controller_runtime_webhook_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "webhook" && l.GetValue() == path {
-					n += m.GetCounter().GetValue()
-				}
-			}
+		if f.GetName() == "controller_runtime_webhook_requests_total" {
+			n += framework.CounterSum(f, map[string]string{"webhook": path})
 		}
 	}
 	return n

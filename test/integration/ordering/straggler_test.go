@@ -110,18 +110,16 @@ func TestStragglerReleasedWithItsSiblings(t *testing.T) {
 			return mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(straggler), p) == nil && hasGate(p), nil
 		})
 	})
-	g.Expect(env.Client.Create(ctx, pod("web-1"))).To(Succeed())
+	first := pod("web-1")
+	g.Expect(env.Client.Create(ctx, first)).To(Succeed())
 	g.Eventually(seen).WithTimeout(timeout).Should(BeClosed(), "no pass listed the namespace's pods")
 	g.Expect(hookErr).NotTo(HaveOccurred())
-	for _, name := range []string{"web-1", "web-2"} {
-		g.Eventually(func() bool {
-			p := &corev1.Pod{}
-			return env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p) == nil && !hasGate(p)
-		}).WithTimeout(timeout).Should(BeTrue(), "%s is still gated", name)
-	}
+	eventuallyUngated(t, first)
+	eventuallyUngated(t, straggler)
 	g.Expect(lists.of(ns)).To(Equal(1), "the straggler waited for another pass and another read")
 }
 
+// hasGate reports whether a pod carries wavegate's scheduling gate.
 func hasGate(p *corev1.Pod) bool {
 	for _, gt := range p.Spec.SchedulingGates {
 		if gt.Name == keys.SchedulingGate {
