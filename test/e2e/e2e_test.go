@@ -202,6 +202,14 @@ func TestServerSideDryRunCreatesNothing(t *testing.T) {
 	run(t, "create", "namespace", "dry")
 	run(t, "label", "namespace", "dry", keys.EnabledLabel+"=true")
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", "dry", "--wait=false").Run() })
+	// Opted in, the namespace gets its waiter's Role, without rules, and its RoleBinding, before
+	// any wait Job (the manager writes them as its ServiceAccount, under config/rbac's policy).
+	g.Eventually(func(g Gomega) {
+		_, err := cs.RbacV1().Roles("dry").Get(ctx, "wavegate-waiter", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = cs.RbacV1().RoleBindings("dry").Get(ctx, "wavegate-waiter", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}).WithTimeout(30*time.Second).Should(Succeed(), "an opted-in namespace without wait Jobs has no waiter Role and RoleBinding")
 	// The examples name their namespace: feed them through sed-free kubectl by overriding it.
 	web := rewriteNamespace(t, filepath.Join(example("shop"), "web.yaml"), "dry")
 	out := run(t, "apply", "--dry-run=server", "-o", "json", "-f", web)
@@ -216,9 +224,10 @@ func TestServerSideDryRunCreatesNothing(t *testing.T) {
 	jobs, err := cs.BatchV1().Jobs("dry").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(jobs.Items).To(BeEmpty())
-	// The namespace has its waiter's Role from when it opted in, without rules: no wait Job needed any.
+	// The namespace's waiter Role is still without rules: no wait Job needed any.
 	roles, err := cs.RbacV1().Roles("dry").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(roles.Items).NotTo(BeEmpty())
 	for _, ro := range roles.Items {
 		g.Expect(ro.Rules).To(BeEmpty(), "Role %s grants access after a dry run", ro.Name)
 	}

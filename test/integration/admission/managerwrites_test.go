@@ -92,6 +92,10 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 		role.Rules = []rbacv1.PolicyRule{read, bad}
 		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("patch wait Jobs by name")), "the waiter's Role gained %v", bad)
 	}
+	// A Role without rules (an opted-in namespace before its first wait Job) reaches the policy with
+	// "rules": null.
+	role.Rules = nil
+	g.Expect(mgr.Update(ctx, role)).To(Succeed(), "the waiter's Role lost its rules")
 	g.Expect(mgr.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wavegate-reader"}, Rules: []rbacv1.PolicyRule{read}})).
 		To(MatchError(ContainSubstring("only named wavegate-waiter")))
 
@@ -102,6 +106,9 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns}, RoleRef: ref,
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: waiter, Namespace: ns}}}
 	admitted(mgr.Create(ctx, binding))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(binding), binding)).To(Succeed())
+	binding.Subjects = nil
+	g.Expect(mgr.Update(ctx, binding)).To(Succeed(), "the waiter's RoleBinding lost its subjects")
 
 	// Anyone else, and the manager on what it did not make (a member's finalizer, say), is not checked.
 	g.Expect(env.Client.Create(ctx, waitJob(elsewhere, "batch", "default"))).To(Succeed())
