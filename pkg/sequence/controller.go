@@ -62,8 +62,8 @@ type Reconciler struct {
 	Namespace string
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
-	// APIReader reads straight from the API server: the gated pods of a consistent read (nil: only
-	// the cached ones are released).
+	// APIReader reads straight from the API server: a pod whose gate is not where the cache saw it
+	// (nil: the gate removal fails, and a later pass retries it).
 	APIReader client.Reader
 	// Cleared hears of the templates a pass released the moment it decides (admission's store on
 	// this replica); nil: admission hears of them from the Sequence's status only.

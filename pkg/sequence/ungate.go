@@ -52,10 +52,8 @@ type ungated struct {
 	released map[string][]string
 	// running are, per group, the templates of the cached pods that have no gate.
 	running map[string][]string
-	// pods are cached pods to release; late are pods the consistent read found that the cache had
-	// not seen (read before their patch: the gate's index is in the spec).
+	// pods are the cached pods to release.
 	pods []*corev1.Pod
-	late []client.ObjectKey
 }
 
 func (u *ungated) releasing(group, template string) {
@@ -64,8 +62,8 @@ func (u *ungated) releasing(group, template string) {
 	}
 }
 
-// straggler reports whether a gated pod of group, made from template, that the pass's read did not
-// find goes with the pods the pass releases: its template is one the pass clears, in the same
+// straggler reports whether a gated pod of group, made from template, that the pass's cache did not
+// show when it decided goes with the pods the pass releases: its template is one the pass clears, in the same
 // group. Admission lets every pod of that template created from now on start without the gate; a
 // pod created while the pass read and decided was gated only because admission had not heard yet.
 // A bare pod (no template) and a pod of a template the read did not release wait for a read of
@@ -74,20 +72,16 @@ func (u *ungated) straggler(group, template string) bool {
 	return template != "" && slices.Contains(u.released[group], template)
 }
 
-// freshView plans a sequence on a consistent read of its members and wait Jobs from the API
-// server: the second opinion of the opener.
+// freshView plans a sequence on a consistent read of its members from the API server, with its
+// wait Jobs from the cache: the second opinion of the opener.
+// The pods it releases are the cache's, which existed before the read began: no pod is released on
+// a view of its earlier groups older than the pod itself. Those the cache shows later go with them
+// only as stragglers of a template the pass releases (ungated.straggler).
 type freshView struct {
 	r     *Reconciler
 	seq   string
 	idx   *policy.Index
 	scope *scope
-	// withPods makes the read list the sequence's pods too: set by ungate, which has gated pods to
-	// release, before it asks the opener; a read made only for wait Jobs lists none.
-	withPods bool
-	// pods are the sequence's pods in the same consistent read (metadata only; only for a sequence
-	// of one namespace, and only with an APIReader): they existed when the read found their group
-	// open, so they are released with the pods the cache had, not a reconcile (and a read) later.
-	pods []metav1.PartialObjectMetadata
 	// members reads the sequence's members (Tracker.FreshMembers when nil; tests replace it).
 	members func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error)
 }
@@ -96,15 +90,6 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	// A sequence that no policy shares has members only in its own namespace: the read stays there
 	// (one LIST per namespaced kind in one namespace, instead of every labeled object everywhere).
 	ns := f.idx.MemberNamespace(f.seq)
-	// The pods are read first, the members once that LIST has returned: each member LIST is then
-	// served at a revision that includes every pod found, so no pod is released on a view of its
-	// earlier groups older than the pod itself (an upgrade of an earlier group, then a pod of the
-	// next one, both between a member LIST and a pod LIST read side by side, would be).
-	if f.withPods && ns != "" && f.r.APIReader != nil {
-		if err := f.listPods(ctx, ns); err != nil {
-			return nil, err
-		}
-	}
 	read := f.members
 	if read == nil {
 		read = f.r.Tracker.FreshMembers
@@ -131,21 +116,6 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 		return nil, err
 	}
 	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace)), nil
-}
-
-// listPods reads the metadata of the sequence's pods in namespace ns from the API server.
-func (f *freshView) listPods(ctx context.Context, ns string) error {
-	var pods metav1.PartialObjectMetadataList
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := f.r.APIReader.List(ctx, &pods, client.InNamespace(ns), client.HasLabels{keys.GroupLabel}); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
-	for _, p := range pods.Items {
-		if members.SequenceOf(&p) == f.seq && p.DeletionTimestamp == nil {
-			f.pods = append(f.pods, p)
-		}
-	}
-	return nil
 }
 
 // ungate decides which gated pods of the sequence to release, through the opener: a lagging cache
@@ -178,7 +148,6 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 	if len(candidates) == 0 {
 		return out, nil
 	}
-	fresh.withPods = true
 	for _, p := range candidates {
 		group := p.Labels[keys.GroupLabel]
 		open, err := gate.Open(group)
@@ -192,22 +161,6 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 		out.pods = append(out.pods, p)
 		out.releasing(group, TemplateToken(p))
 	}
-	// The consistent read that opened these groups also found the pods created since the cache's
-	// list (a ReplicaSet creates a hundred pods over a second): they existed when the read found
-	// their group open, so those of open groups go too.
-	for _, p := range fresh.pods {
-		if out.known[p.UID] {
-			continue
-		}
-		out.known[p.UID] = true
-		group := p.Labels[keys.GroupLabel]
-		if open, err := gate.Open(group); err != nil {
-			return out, err
-		} else if open {
-			out.late = append(out.late, client.ObjectKeyFromObject(&p))
-			out.releasing(group, TemplateToken(&p))
-		}
-	}
 	// The pods the cache has seen since, of the templates released here, go too (stragglers).
 	more, err := r.stragglers(ctx, out)
 	out.pods = append(out.pods, more...)
@@ -216,7 +169,7 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 
 // stragglers returns the cached gated pods that the pass has not decided on and that go with the
 // pods it releases (ungated.straggler): a ReplicaSet still creating a hundred pods leaves dozens
-// that the pass's read did not find, and each would otherwise wait for the release to end, then
+// that the pass's cache did not show when it decided, and each would otherwise wait for the release to end, then
 // for another pass and another consistent read (675-850 ms after the decision, on the local
 // cluster).
 func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod, error) {
@@ -247,33 +200,20 @@ func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod,
 func (r *Reconciler) release(ctx context.Context, u *ungated) error {
 	var eg, last errgroup.Group
 	eg.SetLimit(ungateParallelism)
-	r.goRemoveGates(ctx, &eg, u.pods, u.late)
+	r.goRemoveGates(ctx, &eg, u.pods)
 	more, err := r.stragglers(ctx, u)
-	r.goRemoveGates(ctx, &eg, more, nil)
+	r.goRemoveGates(ctx, &eg, more)
 	err = errors.Join(err, eg.Wait())
 	more, lerr := r.stragglers(ctx, u)
 	last.SetLimit(ungateParallelism)
-	r.goRemoveGates(ctx, &last, more, nil)
+	r.goRemoveGates(ctx, &last, more)
 	return errors.Join(err, lerr, last.Wait())
 }
 
-// goRemoveGates removes, in eg, the gates of cached pods and of pods read from the API server
-// (late); it returns once the last one is under way.
-func (r *Reconciler) goRemoveGates(ctx context.Context, eg *errgroup.Group, pods []*corev1.Pod, late []client.ObjectKey) {
+// goRemoveGates removes, in eg, the gates of cached pods; it returns once the last one is under way.
+func (r *Reconciler) goRemoveGates(ctx context.Context, eg *errgroup.Group, pods []*corev1.Pod) {
 	for _, p := range pods {
 		eg.Go(func() error { return r.removeGate(ctx, p) })
-	}
-	for _, key := range late {
-		eg.Go(func() error {
-			p := &corev1.Pod{}
-			if err := r.APIReader.Get(ctx, key, p); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			if !hasGate(p) || p.DeletionTimestamp != nil {
-				return nil
-			}
-			return r.removeGate(ctx, p)
-		})
 	}
 }
 

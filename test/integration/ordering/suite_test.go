@@ -34,7 +34,7 @@ const timeout = 20 * time.Second
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
-		env.ManagerTransport = lists.wrap // straggler_test.go
+		env.ManagerTransport = reads.wrap // straggler_test.go
 		return nil
 	}, func() (func(), error) {
 		var err error
