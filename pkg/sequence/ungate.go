@@ -62,21 +62,21 @@ func (u *ungated) releasing(group, template string) {
 	}
 }
 
-// straggler reports whether a gated pod of group, made from template, that the pass's cache did not
-// show when it decided goes with the pods the pass releases: its template is one the pass clears, in the same
-// group. Admission lets every pod of that template created from now on start without the gate; a
-// pod created while the pass read and decided was gated only because admission had not heard yet.
-// A bare pod (no template) and a pod of a template the read did not release wait for a read of
-// their own.
+// straggler reports whether a gated pod of group, made from template, that the pass's cache did
+// not show when it decided goes with the pods the pass releases: its template is one the pass
+// clears, in the same group. Admission lets every pod of that template created from now on start
+// without the gate; a pod created while the pass read and decided was gated only because admission
+// had not heard yet. A bare pod (no template) and a pod of a template the read did not release
+// wait for a read of their own.
 func (u *ungated) straggler(group, template string) bool {
 	return template != "" && slices.Contains(u.released[group], template)
 }
 
 // freshView plans a sequence on a consistent read of its members from the API server, with its
-// wait Jobs from the cache: the second opinion of the opener.
-// The pods it releases are the cache's, which existed before the read began: no pod is released on
-// a view of its earlier groups older than the pod itself. Those the cache shows later go with them
-// only as stragglers of a template the pass releases (ungated.straggler).
+// wait Jobs from the cache: the second opinion of the opener. The pods a pass releases on it are
+// the cache's, which existed before the read began, so no pod is released on a view of its earlier
+// groups older than the pod itself; those the cache shows later go with them only as stragglers of
+// a template the pass releases (ungated.straggler).
 type freshView struct {
 	r     *Reconciler
 	seq   string
@@ -169,9 +169,9 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 
 // stragglers returns the cached gated pods that the pass has not decided on and that go with the
 // pods it releases (ungated.straggler): a ReplicaSet still creating a hundred pods leaves dozens
-// that the pass's cache did not show when it decided, and each would otherwise wait for the release to end, then
-// for another pass and another consistent read (675-850 ms after the decision, on the local
-// cluster).
+// that the pass's cache did not show when it decided, and each would otherwise wait for the
+// release to end, then for another pass and another consistent read (675-850 ms after the
+// decision, on the local cluster).
 func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod, error) {
 	if len(u.released) == 0 {
 		return nil, nil
