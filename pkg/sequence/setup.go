@@ -90,7 +90,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	gatedPods := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		p, ok := o.(*corev1.Pod)
-		return ok && (hasGate(p) || p.DeletionTimestamp != nil)
+		return ok && (HasGate(p) || p.DeletionTimestamp != nil)
 	})
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.WaitPods != nil {

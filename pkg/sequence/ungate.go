@@ -128,10 +128,10 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 	r.recent.expire(now)
 	for _, p := range pods {
 		out.known[p.UID] = true
-		if t := TemplateToken(p); t != "" && !hasGate(p) && !slices.Contains(out.running[p.Labels[keys.GroupLabel]], t) {
+		if t := TemplateToken(p); t != "" && !HasGate(p) && !slices.Contains(out.running[p.Labels[keys.GroupLabel]], t) {
 			out.running[p.Labels[keys.GroupLabel]] = append(out.running[p.Labels[keys.GroupLabel]], t)
 		}
-		if !hasGate(p) || p.DeletionTimestamp != nil {
+		if !HasGate(p) || p.DeletionTimestamp != nil {
 			r.recent.forget(p.UID)
 			continue
 		}
@@ -183,7 +183,7 @@ func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod,
 	now := r.now()
 	var out []*corev1.Pod
 	for _, p := range pods {
-		if u.known[p.UID] || !hasGate(p) || p.DeletionTimestamp != nil || r.recent.released(p.UID, now) {
+		if u.known[p.UID] || !HasGate(p) || p.DeletionTimestamp != nil || r.recent.released(p.UID, now) {
 			continue
 		}
 		if u.straggler(p.Labels[keys.GroupLabel], TemplateToken(p)) {
@@ -233,7 +233,7 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods []*corev1.Pod, out
 		}
 	}
 	for _, p := range pods {
-		if hasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
+		if HasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
 			if err := r.removeGate(ctx, p); err != nil {
 				return err
 			}
@@ -257,7 +257,8 @@ func (r *Reconciler) sequencePods(ctx context.Context, seq string) ([]*corev1.Po
 	return pods, nil
 }
 
-func hasGate(p *corev1.Pod) bool {
+// HasGate reports whether a pod carries wavegate's scheduling gate.
+func HasGate(p *corev1.Pod) bool {
 	for _, g := range p.Spec.SchedulingGates {
 		if g.Name == keys.SchedulingGate {
 			return true
@@ -277,7 +278,7 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			return client.IgnoreNotFound(err)
 		}
-		if !hasGate(cur) || cur.DeletionTimestamp != nil {
+		if !HasGate(cur) || cur.DeletionTimestamp != nil {
 			r.recent.add(p.UID, r.now())
 			return nil
 		}

@@ -95,7 +95,7 @@ func TestUngateReleasesCachedPodsAndStragglers(t *testing.T) {
 		if err := api.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			t.Fatal(err)
 		}
-		got[p.Name] = hasGate(cur)
+		got[p.Name] = HasGate(cur)
 	}
 	want := map[string]bool{"cached": false, "cached-closed": true, "uncached": true, "unread": true,
 		"unread-same-template": false, "unread-new-template": true, "unread-same-template-other-group": true, "other-sequence": true}
@@ -282,7 +282,7 @@ func TestReleaseTakesStragglersSeenMeanwhile(t *testing.T) {
 			if err := store.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 				t.Fatal(err)
 			}
-			got[p.Name] = hasGate(cur)
+			got[p.Name] = HasGate(cur)
 		}
 		return got
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
-	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // chainApp is a namespace with groups one-Deployment groups, group orders 0..groups-1, applied in
@@ -89,7 +89,7 @@ func watchPodsBy(ctx context.Context, t testing.TB, ns string, groupOf func(*cor
 				continue
 			}
 			pt.mu.Lock()
-			if !pt.seen[p.Name] && !slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == keys.SchedulingGate }) {
+			if !pt.seen[p.Name] && !sequence.HasGate(p) {
 				pt.seen[p.Name] = true
 				pt.released[group] = append(pt.released[group], now)
 			}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // TestOneSequenceAcrossHelmAndArgoCD: a database installed by the Helm CLI in namespace ct-db and
@@ -91,10 +92,8 @@ spec:
 		g.Expect(err).NotTo(HaveOccurred())
 		n := 0
 		for _, p := range pods.Items {
-			for _, gate := range p.Spec.SchedulingGates {
-				if gate.Name == keys.SchedulingGate {
-					n++
-				}
+			if sequence.HasGate(&p) {
+				n++
 			}
 		}
 		return n

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 func sequenceSummary() string {
@@ -137,11 +138,4 @@ spec:
 	g.Expect(evs).To(ContainSubstring("Warning GroupTimedOut"))
 }
 
-func gated(p corev1.Pod) bool {
-	for _, g := range p.Spec.SchedulingGates {
-		if g.Name == keys.SchedulingGate {
-			return true
-		}
-	}
-	return false
-}
+func gated(p corev1.Pod) bool { return sequence.HasGate(&p) }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // memberReads sees the manager's requests (framework.Env.ManagerTransport): it counts, per
@@ -109,7 +110,7 @@ func TestStragglerReleasedWithItsSiblings(t *testing.T) {
 		}
 		hookErr = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 			p := &corev1.Pod{}
-			return mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(straggler), p) == nil && hasGate(p), nil
+			return mgr.GetCache().Get(ctx, client.ObjectKeyFromObject(straggler), p) == nil && sequence.HasGate(p), nil
 		})
 	})
 	first := pod("web-1")
@@ -120,14 +121,4 @@ func TestStragglerReleasedWithItsSiblings(t *testing.T) {
 	eventuallyUngated(t, first)
 	eventuallyUngated(t, straggler)
 	g.Expect(reads.of(ns)).To(Equal(before), "the straggler waited for another pass and another read")
-}
-
-// hasGate reports whether a pod carries wavegate's scheduling gate.
-func hasGate(p *corev1.Pod) bool {
-	for _, gt := range p.Spec.SchedulingGates {
-		if gt.Name == keys.SchedulingGate {
-			return true
-		}
-	}
-	return false
 }

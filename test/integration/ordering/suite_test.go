@@ -119,7 +119,7 @@ func podOf(t *testing.T, owner client.Object, tpl corev1.PodTemplateSpec, hashLa
 func gated(g Gomega, p *corev1.Pod) bool {
 	got := &corev1.Pod{}
 	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(p), got)).To(Succeed())
-	return hasGate(got)
+	return sequence.HasGate(got)
 }
 
 func eventuallyUngated(t *testing.T, p *corev1.Pod) {
