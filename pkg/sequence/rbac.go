@@ -41,6 +41,17 @@ import (
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,resourceNames=wavegate-waiter,verbs=patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+//
+// A write of a role's rules, or of a binding, is checked by the API server against the writer's own
+// rules, with consistent reads of every binding that applies to it: while a namespace's app is
+// admitted (a hundred pods), its first waiter's rules and binding took 200-300 ms each to land on the
+// local cluster, after that waiter's group was ready. escalate and bind on the Roles named
+// wavegate-waiter (not ClusterRoles) skip that check for the waiters' Roles: an update of one (its
+// name is in the request; a creation names none and is still checked) and a RoleBinding to one. What
+// such a Role may hold is bounded instead by config/rbac's manager-writes admission policy: read only,
+// no subresources, never Secrets, and patch on wait Jobs by name, in opted-in namespaces and
+// wavegate's own; roles and bindings the manager did not make keep their rules and subjects.
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles,resourceNames=wavegate-waiter,verbs=bind;escalate
 
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing

@@ -1,7 +1,8 @@
 // Package rbac checks the RBAC wavegate installs (config/default and config/self-managed, rendered
 // as `kubectl apply -k` would) against an allowlist: least privilege, no wildcards, Secrets only for
 // its own certificate in its own namespace and only when it manages that certificate itself, no
-// escalate, bind or impersonate.
+// impersonate, and escalate and bind only on the waiters' Roles (named wavegate-waiter), in an
+// install whose admission policy bounds what those Roles hold.
 package rbac
 
 import (
@@ -15,6 +16,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
@@ -40,7 +42,7 @@ var allowed = map[string][]string{
 	"apps/statefulsets":                              {"get", "list", "patch", "watch"},
 	"apps/daemonsets":                                {"get", "list", "patch", "watch"},
 	"apps/replicasets":                               {"get", "list", "patch", "watch"},
-	"rbac.authorization.k8s.io/roles":                {"create", "delete", "get", "list", "patch", "update", "watch"},
+	"rbac.authorization.k8s.io/roles":                {"bind", "create", "delete", "escalate", "get", "list", "patch", "update", "watch"},
 	"rbac.authorization.k8s.io/rolebindings":         {"create", "delete", "get", "list", "patch", "update", "watch"},
 	"rbac.authorization.k8s.io/clusterroles":         {"create", "delete", "get", "list", "patch", "update", "watch"},
 	"rbac.authorization.k8s.io/clusterrolebindings":  {"create", "delete", "get", "list", "patch", "update", "watch"},
@@ -67,8 +69,8 @@ type role struct {
 // installs are the kustomizations a user applies.
 var installs = []string{"default", "self-managed"}
 
-// render returns the roles and role bindings of config/<install>.
-func render(t *testing.T, install string) ([]role, []rbacv1.RoleBinding) {
+// resources renders config/<install> as `kubectl apply -k` would.
+func resources(t *testing.T, install string) []*resource.Resource {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -78,9 +80,15 @@ func render(t *testing.T, install string) ([]role, []rbacv1.RoleBinding) {
 	if err != nil {
 		t.Fatalf("rendering config/%s: %v", install, err)
 	}
+	return m.Resources()
+}
+
+// render returns the roles and role bindings of config/<install>.
+func render(t *testing.T, install string) ([]role, []rbacv1.RoleBinding) {
+	t.Helper()
 	var out []role
 	var bindings []rbacv1.RoleBinding
-	for _, r := range m.Resources() {
+	for _, r := range resources(t, install) {
 		b, _ := r.AsYAML()
 		switch r.GetKind() {
 		case "ClusterRole", "Role":
@@ -120,8 +128,11 @@ func allowlist(t *testing.T, roles []role) {
 				}
 			}
 			for _, v := range rule.Verbs {
-				if v == "escalate" || v == "bind" || v == "impersonate" {
+				switch {
+				case v == "impersonate":
 					t.Errorf("%s: verb %s", where, v)
+				case (v == "escalate" || v == "bind") && !waiterRoles(rule):
+					t.Errorf("%s: verb %s on more than the Roles named wavegate-waiter", where, v)
 				}
 			}
 			for _, g := range rule.APIGroups {
@@ -142,6 +153,51 @@ func allowlist(t *testing.T, roles []role) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// waiterRoles reports whether a rule is on the waiters' Roles alone: escalate and bind there let
+// the manager write a waiter's rules and binding without the API server checking each write
+// against its own rules (TestEscalateOnlyWithThePolicy).
+func waiterRoles(rule rbacv1.PolicyRule) bool {
+	return slices.Equal(rule.APIGroups, []string{rbacv1.GroupName}) && slices.Equal(rule.Resources, []string{"roles"}) &&
+		slices.Equal(rule.ResourceNames, []string{"wavegate-waiter"})
+}
+
+// TestEscalateOnlyWithThePolicy: an install that grants escalate on the waiters' Roles installs the
+// admission policy that bounds them (read only, no subresources, no Secrets, patch wait Jobs by
+// name; the roles the manager did not make keep their rules), bound to deny.
+func TestEscalateOnlyWithThePolicy(t *testing.T) {
+	for _, install := range installs {
+		roles, _ := render(t, install)
+		escalates := slices.ContainsFunc(roles, func(r role) bool {
+			return slices.ContainsFunc(r.rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Verbs, "escalate") })
+		})
+		if !escalates {
+			continue
+		}
+		policy, binding := false, false
+		for _, r := range resources(t, install) {
+			switch {
+			case r.GetKind() == "ValidatingAdmissionPolicy" && r.GetName() == "wavegate-manager-writes":
+				policy = true
+			case r.GetKind() == "ValidatingAdmissionPolicyBinding" && r.GetName() == "wavegate-manager-writes":
+				b, _ := r.AsYAML()
+				var vb struct {
+					Spec struct {
+						PolicyName        string   `json:"policyName"`
+						ValidationActions []string `json:"validationActions"`
+					} `json:"spec"`
+				}
+				if err := yaml.Unmarshal(b, &vb); err != nil {
+					t.Fatal(err)
+				}
+				binding = vb.Spec.PolicyName == "wavegate-manager-writes" && slices.Contains(vb.Spec.ValidationActions, "Deny")
+			}
+		}
+		if !policy || !binding {
+			t.Errorf("config/%s grants escalate on the waiters' Roles without the manager-writes policy bound to deny (policy %v, binding %v)", install, policy, binding)
 		}
 	}
 }

@@ -92,6 +92,13 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 		role.Rules = []rbacv1.PolicyRule{read, bad}
 		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("patch wait Jobs by name")), "the waiter's Role gained %v", bad)
 	}
+	// The manager may write any rules into its waiter Roles (escalate, by name): the policy is what
+	// keeps them to reading top-level kinds. A subresource would reach further (a pod's logs, its
+	// proxy).
+	for _, sub := range []string{"pods/log", "pods/proxy", "serviceaccounts/token"} {
+		role.Rules = []rbacv1.PolicyRule{read, {APIGroups: []string{""}, Resources: []string{sub}, Verbs: []string{"get"}}}
+		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("no subresources")), "the waiter's Role gained %s", sub)
+	}
 	// A Role without rules (an opted-in namespace before its first wait Job) reaches the policy with
 	// "rules": null.
 	role.Rules = nil
@@ -110,10 +117,27 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	binding.Subjects = nil
 	g.Expect(mgr.Update(ctx, binding)).To(Succeed(), "the waiter's RoleBinding lost its subjects")
 
-	// Anyone else, and the manager on what it did not make (a member's finalizer, say), is not checked.
+	// Anyone else is not checked; the manager may change the metadata of what it did not make (a
+	// member's teardown finalizer, say), and nothing else of a role or binding: not even of one named
+	// like the waiter's, whose rules escalate would otherwise let it rewrite, and whose binding bind
+	// would let it extend.
 	g.Expect(env.Client.Create(ctx, waitJob(elsewhere, "batch", "default"))).To(Succeed())
 	member := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: elsewhere}, Rules: []rbacv1.PolicyRule{secrets}}
 	g.Expect(env.Client.Create(ctx, member)).To(Succeed())
 	member.Labels = map[string]string{"team": "a"}
 	g.Expect(mgr.Update(ctx, member)).To(Succeed())
+	member.Rules = append(member.Rules, read)
+	g.Expect(mgr.Update(ctx, member)).To(MatchError(ContainSubstring("only the metadata of roles it did not make")))
+	lookalike := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: elsewhere}, Rules: []rbacv1.PolicyRule{read}}
+	g.Expect(env.Client.Create(ctx, lookalike)).To(Succeed())
+	lookalike.Rules = []rbacv1.PolicyRule{read, secrets}
+	g.Expect(mgr.Update(ctx, lookalike)).To(MatchError(ContainSubstring("not the rules of wavegate-waiter")))
+	tenantBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: elsewhere},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "operator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "operator", Namespace: elsewhere}}}
+	g.Expect(env.Client.Create(ctx, tenantBinding)).To(Succeed())
+	tenantBinding.Labels = map[string]string{"team": "a"}
+	g.Expect(mgr.Update(ctx, tenantBinding)).To(Succeed())
+	tenantBinding.Subjects = append(tenantBinding.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "wavegate-manager", Namespace: framework.WavegateNamespace})
+	g.Expect(mgr.Update(ctx, tenantBinding)).To(MatchError(ContainSubstring("not the subjects of operator")))
 }
