@@ -25,10 +25,10 @@ import (
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
-// writeStatus writes the Sequence's status. A status that only counts gated pods differently is
-// written at most once per statusCountsPeriod: a ReplicaSet creating a hundred pods would otherwise
-// cost a write per reconcile, on the API server that is creating and releasing those pods. It
-// returns when to reconcile again to write such a status.
+// writeStatus writes the Sequence's status. A status that only counts gated pods or ready members
+// differently is written at most once per statusCountsPeriod: a ReplicaSet creating a hundred pods
+// would otherwise cost a write per reconcile, on the API server that is creating and releasing
+// those pods. It returns when to reconcile again to write such a status.
 func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, prev *wavev1.Sequence) (time.Duration, error) {
 	seqObj := prev
 	if prev.Name == "" {
@@ -123,17 +123,28 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	return 0, nil
 }
 
-// withoutCounts is a status without its gated-pod counts.
+// withoutCounts is a status without its counts of gated pods and ready members, and without the
+// summary that repeats them (also the Ready condition's message while the sequence waits). A
+// member becoming ready is what its waiter marks a moment later: the status written then, beside
+// the release, has the new count. Written on its own, it held up the reconcile of that mark by the
+// length of a status write (10-35 ms on the local cluster).
 func withoutCounts(s wavev1.SequenceStatus) wavev1.SequenceStatus {
 	s.Groups = slices.Clone(s.Groups)
 	for i := range s.Groups {
-		s.Groups[i].GatedPods = 0
+		s.Groups[i].GatedPods, s.Groups[i].Ready = 0, 0
+	}
+	s.Summary = ""
+	s.Conditions = slices.Clone(s.Conditions)
+	for i, c := range s.Conditions {
+		if c.Type == "Ready" && c.Reason == "Waiting" {
+			s.Conditions[i].Message = ""
+		}
 	}
 	return s
 }
 
-// statusCountsPeriod is how often at most a status that only counts gated pods differently is
-// written.
+// statusCountsPeriod is how often at most a status that only counts gated pods or ready members
+// differently is written.
 const statusCountsPeriod = time.Second
 
 // statusWrites remembers when each sequence's status was last written (a restarted manager

@@ -15,12 +15,14 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
-// TestWriteStatusCoalescesCounts: a status that differs only in its gated-pod counts is written at
-// most once per statusCountsPeriod (the reconcile comes back for it), an unchanged status is not
-// written, and any other change is written at once.
+// TestWriteStatusCoalescesCounts: a status that differs only in its counts of gated pods or ready
+// members (and the summary that repeats them) is written at most once per statusCountsPeriod (the
+// reconcile comes back for it), an unchanged status is not written, and any other change is
+// written at once.
 func TestWriteStatusCoalescesCounts(t *testing.T) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -46,6 +48,7 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		at        time.Duration
 		phase     wavev1.GroupPhase
 		gated     int32
+		ready     bool
 		wantWrite bool
 		wantAgain time.Duration
 	}
@@ -56,6 +59,10 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		{name: "the phase changes within the period", at: 300 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 3, wantWrite: true},
 		{name: "a count changes within the new period", at: 800 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantAgain: 500 * time.Millisecond},
 		{name: "a count changes after the period", at: 1300 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantWrite: true},
+		{name: "the member becomes ready within the period", at: 1400 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantAgain: 900 * time.Millisecond},
+		{name: "the group is released within the period", at: 1500 * time.Millisecond, phase: wavev1.GroupReleased, ready: true, wantWrite: true},
+		{name: "the member is no longer ready, after the period", at: 2600 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantWrite: true},
+		{name: "and ready again after the period", at: 3700 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantWrite: true},
 	}
 	for _, st := range steps {
 		now = start.Add(st.at)
@@ -63,7 +70,11 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Name: ObjectName("shop")}, prev); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
-		plan := []*Group{{Name: "web", Phase: st.phase}}
+		m := Member{Name: "web"}
+		if st.ready {
+			m.Ready = &readiness.Result{Status: readiness.Ready}
+		}
+		plan := []*Group{{Name: "web", Phase: st.phase, Members: []Member{m}}}
 		u := &ungated{gated: map[string]int32{"web": st.gated}}
 		before := writes
 		again, err := r.writeStatus(ctx, "shop", plan, u, &teardown.Result{}, nil, prev)
