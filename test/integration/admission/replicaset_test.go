@@ -64,4 +64,5 @@ func TestDeploymentsReplicaSetsSkipTheWebhook(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}
 	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
 	g.Expect(pod.Spec.SchedulingGates).To(ContainElement(corev1.PodSchedulingGate{Name: keys.SchedulingGate}))
+	g.Expect(pod.Labels).To(HaveKeyWithValue(keys.AdmittedLabel, "true"))
 }
