@@ -78,6 +78,7 @@ type Reconciler struct {
 	created      recentCreations
 	statusWrites statusWrites
 	emitted      emittedEvents
+	settling     settling
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -145,12 +146,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		metrics.Forget(seq)
 		r.statusWrites.forget(seq)
 		r.emitted.forget(seq)
+		r.settling.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
-	// on the cache, then on a consistent read, so that a lagging cache never opens a group early.
+	// on the cache, then on a consistent read, so that a lagging cache never opens a group early;
+	// and only once the sequence's members have settled (an apply still creating an earlier
+	// group's objects after a later group's).
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
-	gate := newOpener(plan, func() (map[string]bool, error) { return fresh.plan(ctx) })
+	opening := plan
+	settle := r.settling.wait(seq, plan, r.now())
+	if settle > 0 {
+		opening = nil
+	}
+	gate := newOpener(opening, func() (map[string]bool, error) { return fresh.plan(ctx) })
 	// Ungating comes first: it is what the next group waits for at a boundary. The gates are
 	// removed while the other steps run.
 	gated, err := r.ungate(ctx, pods, gate, fresh)
@@ -182,8 +191,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
 	requeue := td.Requeue
-	if armLater > 0 && (requeue == 0 || armLater < requeue) {
-		requeue = armLater
+	for _, d := range []time.Duration{armLater, settle} {
+		if d > 0 && (requeue == 0 || d < requeue) {
+			requeue = d
+		}
 	}
 	if err := <-status; err != nil {
 		errs = append(errs, err)

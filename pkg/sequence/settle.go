@@ -1,0 +1,67 @@
+package sequence
+
+import (
+	"strings"
+	"sync"
+	"time"
+)
+
+// membershipSettle is how long a sequence's members must stay the same (none added, removed or
+// changed in generation, as this manager's cache sees them) before any of its groups opens. One
+// apply or sync creates the objects of several groups one after the other, in its own order: Argo
+// CD applies a wave by kind, so a later group's Deployment comes before an earlier group's
+// StatefulSet and Job, and the Deployment's pods were created before those. A group opened on the
+// groups that existed when its pods were created would start before an earlier group's workload
+// that the same sync applied a moment later (on the local cluster, with examples/shop synced
+// without waves: the web released when the database group was only its Service, ready at once). The
+// settle waits out such an apply: each object it creates restarts it. Apply tools create the next
+// object a few to a hundred milliseconds after the last (Argo CD's sync of examples/shop: 345 ms
+// for five objects); an apply that pauses longer between two groups' objects is not covered.
+const membershipSettle = 150 * time.Millisecond
+
+// settling remembers, per sequence, what its members were when this manager last saw them change,
+// and when. Like recentReleases it lives in memory: a restarted manager waits one settle period.
+type settling struct {
+	mu   sync.Mutex
+	seen map[string]settled
+}
+
+type settled struct {
+	members string
+	since   time.Time
+}
+
+// wait returns how much longer a sequence's groups must stay closed (zero: they may open), given
+// its plan now.
+func (s *settling) wait(seq string, plan []*Group, now time.Time) time.Duration {
+	members := membership(plan)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]settled{}
+	}
+	cur, ok := s.seen[seq]
+	if !ok || cur.members != members {
+		s.seen[seq] = settled{members: members, since: now}
+		return membershipSettle
+	}
+	return max(membershipSettle-now.Sub(cur.since), 0)
+}
+
+func (s *settling) forget(seq string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, seq)
+}
+
+// membership identifies every group's members with their generations (the groups' revisions).
+func membership(plan []*Group) string {
+	var b strings.Builder
+	for _, g := range plan {
+		b.WriteString(g.Name)
+		b.WriteByte('=')
+		b.WriteString(g.Revision)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
