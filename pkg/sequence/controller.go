@@ -44,6 +44,10 @@ const (
 	ReasonUngated         = "Ungated"
 )
 
+// ReasonSettling is the Sequence's Ready condition's reason while members that keep changing hold
+// its groups closed (see membershipSettleMax).
+const ReasonSettling = "Settling"
+
 // +kubebuilder:rbac:groups=wavegate.io,resources=sequences,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=wavegate.io,resources=sequences/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
@@ -155,7 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// group's objects after a later group's).
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	opening := plan
-	settle := r.settling.wait(seq, plan, r.now())
+	settle, changing := r.settling.wait(seq, plan, r.now())
 	if settle > 0 {
 		opening = nil
 	}
@@ -178,7 +182,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.emitEvents(seq, plan, prev, objs)
 	var again time.Duration
 	status := goStep("writing the status", func() (err error) {
-		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, prev)
+		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, changing, prev)
 		return err
 	})
 	released := goStep("removing scheduling gates", func() error { return r.release(ctx, gated) })

@@ -19,6 +19,18 @@ import (
 // for five objects); an apply that pauses longer between two groups' objects is not covered.
 const membershipSettle = 150 * time.Millisecond
 
+// membershipSettleMax bounds the settle: members that keep changing (each change less than
+// membershipSettle after the last) hold the sequence's groups closed for at most this long from the
+// first change, then stop holding them until the changes pause. No apply tool creates objects back
+// to back for that long; a member that changes forever (two controllers fighting over its spec, say)
+// would otherwise keep every group of its sequence closed, a deadlock. While it holds longer than
+// settleReported, the Sequence's Ready condition says so.
+const membershipSettleMax = 30 * time.Second
+
+// settleReported is how long a settle holds before the Sequence's status reports it: an apply's
+// settle (a few hundred milliseconds) is not worth a status write.
+const settleReported = time.Second
+
 // settling remembers, per sequence, what its members were when this manager last saw them change,
 // and when. Like recentReleases it lives in memory: a restarted manager waits one settle period.
 type settling struct {
@@ -28,12 +40,14 @@ type settling struct {
 
 type settled struct {
 	members string
-	since   time.Time
+	// since is the last change; changing is when the changes began (the first change after the
+	// members had settled).
+	since, changing time.Time
 }
 
 // wait returns how much longer a sequence's groups must stay closed (zero: they may open), given
-// its plan now.
-func (s *settling) wait(seq string, plan []*Group, now time.Time) time.Duration {
+// its plan now, and for how long the changes that hold them have been going on.
+func (s *settling) wait(seq string, plan []*Group, now time.Time) (wait, changing time.Duration) {
 	members := membership(plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -42,10 +56,17 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) time.Duration 
 	}
 	cur, ok := s.seen[seq]
 	if !ok || cur.members != members {
-		s.seen[seq] = settled{members: members, since: now}
-		return membershipSettle
+		if !ok || now.Sub(cur.since) >= membershipSettle {
+			cur.changing = now
+		}
+		cur.members, cur.since = members, now
+		s.seen[seq] = cur
 	}
-	return max(membershipSettle-now.Sub(cur.since), 0)
+	wait = max(min(membershipSettle-now.Sub(cur.since), membershipSettleMax-now.Sub(cur.changing)), 0)
+	if wait == 0 {
+		return 0, 0
+	}
+	return wait, now.Sub(cur.changing)
 }
 
 func (s *settling) forget(seq string) {

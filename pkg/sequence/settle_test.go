@@ -8,8 +8,9 @@ import (
 )
 
 // TestSettling: a sequence's groups open only once its members have stayed the same for
-// membershipSettle; any change of a group's members (a revision) restarts the wait, and each
-// sequence waits on its own.
+// membershipSettle; any change of a group's members (a revision) restarts the wait, each sequence
+// waits on its own, and members that never stop changing hold the groups for membershipSettleMax
+// at most.
 func TestSettling(t *testing.T) {
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	plan := func(revs ...string) []*Group {
@@ -19,30 +20,54 @@ func TestSettling(t *testing.T) {
 		}
 		return out
 	}
+	type got struct{ Wait, Changing time.Duration }
 	var s settling
 	steps := []struct {
 		name string
 		seq  string
 		at   time.Duration
 		plan []*Group
-		want time.Duration
+		want got
 	}{
-		{"first seen", "shop", 0, plan("r1"), membershipSettle},
-		{"the same, a moment later", "shop", 100 * time.Millisecond, plan("r1"), membershipSettle - 100*time.Millisecond},
-		{"a later group's member arrives", "shop", 120 * time.Millisecond, plan("r1", "w1"), membershipSettle},
-		{"an earlier group's workload arrives", "shop", 200 * time.Millisecond, plan("r2", "w1"), membershipSettle},
-		{"another sequence waits on its own", "blog", 250 * time.Millisecond, plan("b1"), membershipSettle},
-		{"settled", "shop", 350 * time.Millisecond, plan("r2", "w1"), 0},
-		{"and stays so", "shop", 5 * time.Second, plan("r2", "w1"), 0},
-		{"an upgrade restarts it", "shop", 6 * time.Second, plan("r3", "w1"), membershipSettle},
+		{"first seen", "shop", 0, plan("r1"), got{membershipSettle, 0}},
+		{"the same, a moment later", "shop", 100 * time.Millisecond, plan("r1"), got{membershipSettle - 100*time.Millisecond, 100 * time.Millisecond}},
+		{"a later group's member arrives", "shop", 120 * time.Millisecond, plan("r1", "w1"), got{membershipSettle, 120 * time.Millisecond}},
+		{"an earlier group's workload arrives", "shop", 200 * time.Millisecond, plan("r2", "w1"), got{membershipSettle, 200 * time.Millisecond}},
+		{"another sequence waits on its own", "blog", 250 * time.Millisecond, plan("b1"), got{membershipSettle, 0}},
+		{"settled", "shop", 350 * time.Millisecond, plan("r2", "w1"), got{}},
+		{"and stays so", "shop", 5 * time.Second, plan("r2", "w1"), got{}},
+		{"an upgrade restarts it", "shop", 6 * time.Second, plan("r3", "w1"), got{membershipSettle, 0}},
+		{"a change less than membershipSettle later goes on with them", "shop", 6*time.Second + 100*time.Millisecond, plan("r4", "w1"), got{membershipSettle, 100 * time.Millisecond}},
 	}
 	for _, st := range steps {
-		if d := cmp.Diff(st.want, s.wait(st.seq, st.plan, start.Add(st.at))); d != "" {
+		var g got
+		g.Wait, g.Changing = s.wait(st.seq, st.plan, start.Add(st.at))
+		if d := cmp.Diff(st.want, g); d != "" {
 			t.Errorf("%s (-want +got):\n%s", st.name, d)
 		}
 	}
+	// Members that keep changing, every 100 ms from 6 s on, hold the groups until
+	// membershipSettleMax after the first change, and not after it while they go on.
+	first := 6 * time.Second
+	for at := first + 200*time.Millisecond; at <= first+membershipSettleMax+time.Second; at += 100 * time.Millisecond {
+		want := got{membershipSettle, at - first}
+		if at >= first+membershipSettleMax-membershipSettle {
+			want = got{max(first+membershipSettleMax-at, 0), at - first}
+		}
+		if want.Wait == 0 {
+			want.Changing = 0
+		}
+		var g got
+		g.Wait, g.Changing = s.wait("shop", plan(at.String(), "w1"), start.Add(at))
+		if d := cmp.Diff(want, g); d != "" {
+			t.Fatalf("members changing for %s (-want +got):\n%s", at-first, d)
+		}
+	}
+	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(first+membershipSettleMax+2*time.Second)); w != membershipSettle {
+		t.Errorf("a change after a pause waits %s, want %s", w, membershipSettle)
+	}
 	s.forget("shop")
-	if got := s.wait("shop", plan("r3", "w1"), start.Add(7*time.Second)); got != membershipSettle {
-		t.Errorf("a forgotten sequence waits %s, want %s", got, membershipSettle)
+	if w, _ := s.wait("shop", plan("r3", "w1"), start.Add(time.Hour)); w != membershipSettle {
+		t.Errorf("a forgotten sequence waits %s, want %s", w, membershipSettle)
 	}
 }

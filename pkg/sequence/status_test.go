@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,7 +23,8 @@ import (
 // TestWriteStatusCoalescesCounts: a status that differs only in its counts of gated pods or ready
 // members (and the summary that repeats them) is written at most once per statusCountsPeriod (the
 // reconcile comes back for it), an unchanged status is not written, and any other change is
-// written at once.
+// written at once. Members that have kept changing for settleReported or longer are the Ready
+// condition's reason.
 func TestWriteStatusCoalescesCounts(t *testing.T) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
@@ -49,8 +51,11 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		phase     wavev1.GroupPhase
 		gated     int32
 		ready     bool
+		changing  time.Duration
 		wantWrite bool
 		wantAgain time.Duration
+		// wantReason, when set, is the Ready condition's reason after the step.
+		wantReason string
 	}
 	steps := []step{
 		{name: "first status", phase: wavev1.GroupPending, gated: 1, wantWrite: true},
@@ -62,7 +67,14 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		{name: "the member becomes ready within the period", at: 1400 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantAgain: 900 * time.Millisecond},
 		{name: "the group is released within the period", at: 1500 * time.Millisecond, phase: wavev1.GroupReleased, ready: true, wantWrite: true},
 		{name: "the member is no longer ready, after the period", at: 2600 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, wantWrite: true},
-		{name: "and ready again after the period", at: 3700 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantWrite: true},
+		{name: "and ready again after the period", at: 3700 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantWrite: true, wantReason: "Waiting"},
+		{name: "members changing for less than settleReported", at: 5 * time.Second, phase: wavev1.GroupWaiting, gated: 4, ready: true,
+			changing: settleReported - time.Millisecond, wantReason: "Waiting"},
+		{name: "members changing for settleReported", at: 5100 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true,
+			changing: settleReported, wantWrite: true, wantReason: ReasonSettling},
+		{name: "and longer", at: 5200 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true,
+			changing: 20 * time.Second, wantReason: ReasonSettling},
+		{name: "settled", at: 5300 * time.Millisecond, phase: wavev1.GroupWaiting, gated: 4, ready: true, wantWrite: true, wantReason: "Waiting"},
 	}
 	for _, st := range steps {
 		now = start.Add(st.at)
@@ -77,9 +89,18 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		plan := []*Group{{Name: "web", Phase: st.phase, Members: []Member{m}}}
 		u := &ungated{gated: map[string]int32{"web": st.gated}}
 		before := writes
-		again, err := r.writeStatus(ctx, "shop", plan, u, &teardown.Result{}, nil, prev)
+		again, err := r.writeStatus(ctx, "shop", plan, u, &teardown.Result{}, nil, st.changing, prev)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
+		}
+		if st.wantReason != "" {
+			cur := &wavev1.Sequence{}
+			if err := c.Get(ctx, client.ObjectKey{Name: ObjectName("shop")}, cur); err != nil {
+				t.Fatal(err)
+			}
+			if c := meta.FindStatusCondition(cur.Status.Conditions, "Ready"); c == nil || c.Reason != st.wantReason {
+				t.Errorf("%s: Ready condition %+v, want reason %s", st.name, c, st.wantReason)
+			}
 		}
 		got := struct {
 			Write bool
