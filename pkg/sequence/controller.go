@@ -45,7 +45,7 @@ const (
 )
 
 // ReasonSettling is the Sequence's Ready condition's reason while members that keep changing hold
-// its groups closed (see membershipSettleMax).
+// its groups closed (see MembershipSettleMax).
 const ReasonSettling = "Settling"
 
 // +kubebuilder:rbac:groups=wavegate.io,resources=sequences,verbs=get;list;watch;create;delete

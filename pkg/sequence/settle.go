@@ -19,13 +19,13 @@ import (
 // for five objects); an apply that pauses longer between two groups' objects is not covered.
 const membershipSettle = 150 * time.Millisecond
 
-// membershipSettleMax bounds the settle: members that keep changing (each change less than
+// MembershipSettleMax bounds the settle: members that keep changing (each change less than
 // membershipSettle after the last) hold the sequence's groups closed for at most this long from the
 // first change, then stop holding them until the changes pause. No apply tool creates objects back
 // to back for that long; a member that changes forever (two controllers fighting over its spec, say)
 // would otherwise keep every group of its sequence closed, a deadlock. While it holds longer than
 // settleReported, the Sequence's Ready condition says so.
-const membershipSettleMax = 30 * time.Second
+const MembershipSettleMax = 30 * time.Second
 
 // settleReported is how long a settle holds before the Sequence's status reports it: an apply's
 // settle (a few hundred milliseconds) is not worth a status write.
@@ -40,9 +40,12 @@ type settling struct {
 
 type settled struct {
 	members string
-	// since is the last change; changing is when the changes began (the first change after the
-	// members had settled).
+	// since is the last change; changing is when the changes began: the first change after a pass
+	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes more
+	// than membershipSettle after the last does not tell whether the members were quiet in between
+	// (a pass may just have been slow), so only a pass that saw them quiet ends the changes.
 	since, changing time.Time
+	quiet           bool
 }
 
 // wait returns how much longer a sequence's groups must stay closed (zero: they may open), given
@@ -55,14 +58,17 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) (wait, changin
 		s.seen = map[string]settled{}
 	}
 	cur, ok := s.seen[seq]
-	if !ok || cur.members != members {
-		if !ok || now.Sub(cur.since) >= membershipSettle {
+	switch {
+	case !ok || cur.members != members:
+		if !ok || cur.quiet {
 			cur.changing = now
 		}
-		cur.members, cur.since = members, now
-		s.seen[seq] = cur
+		cur.members, cur.since, cur.quiet = members, now, false
+	case now.Sub(cur.since) >= membershipSettle:
+		cur.quiet = true
 	}
-	wait = max(min(membershipSettle-now.Sub(cur.since), membershipSettleMax-now.Sub(cur.changing)), 0)
+	s.seen[seq] = cur
+	wait = max(min(membershipSettle-now.Sub(cur.since), MembershipSettleMax-now.Sub(cur.changing)), 0)
 	if wait == 0 {
 		return 0, 0
 	}

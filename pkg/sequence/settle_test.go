@@ -9,7 +9,7 @@ import (
 
 // TestSettling: a sequence's groups open only once its members have stayed the same for
 // membershipSettle; any change of a group's members (a revision) restarts the wait, each sequence
-// waits on its own, and members that never stop changing hold the groups for membershipSettleMax
+// waits on its own, and members that never stop changing hold the groups for MembershipSettleMax
 // at most.
 func TestSettling(t *testing.T) {
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -46,26 +46,36 @@ func TestSettling(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", st.name, d)
 		}
 	}
-	// Members that keep changing, every 100 ms from 6 s on, hold the groups until
-	// membershipSettleMax after the first change, and not after it while they go on.
+	// Members that keep changing hold the groups until MembershipSettleMax after the first change,
+	// and not after it while they go on: changes every 100 ms from 6 s on.
+	churn := func(seq string, first, from, to, every time.Duration) {
+		t.Helper()
+		for at := from; at <= to; at += every {
+			want := got{min(membershipSettle, first+MembershipSettleMax-at), at - first}
+			if want.Wait <= 0 {
+				want = got{}
+			}
+			var g got
+			g.Wait, g.Changing = s.wait(seq, plan(at.String(), "w1"), start.Add(at))
+			if d := cmp.Diff(want, g); d != "" {
+				t.Fatalf("%s: members changing for %s (-want +got):\n%s", seq, at-first, d)
+			}
+		}
+	}
 	first := 6 * time.Second
-	for at := first + 200*time.Millisecond; at <= first+membershipSettleMax+time.Second; at += 100 * time.Millisecond {
-		want := got{membershipSettle, at - first}
-		if at >= first+membershipSettleMax-membershipSettle {
-			want = got{max(first+membershipSettleMax-at, 0), at - first}
-		}
-		if want.Wait == 0 {
-			want.Changing = 0
-		}
-		var g got
-		g.Wait, g.Changing = s.wait("shop", plan(at.String(), "w1"), start.Add(at))
-		if d := cmp.Diff(want, g); d != "" {
-			t.Fatalf("members changing for %s (-want +got):\n%s", at-first, d)
-		}
+	last := first + MembershipSettleMax + time.Second
+	churn("shop", first, first+200*time.Millisecond, last, 100*time.Millisecond)
+	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
+	// change holds the groups again.
+	if w, _ := s.wait("shop", plan(last.String(), "w1"), start.Add(last+membershipSettle)); w != 0 {
+		t.Errorf("quiet members wait %s, want 0", w)
 	}
-	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(first+membershipSettleMax+2*time.Second)); w != membershipSettle {
-		t.Errorf("a change after a pause waits %s, want %s", w, membershipSettle)
+	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(last+time.Second)); w != membershipSettle {
+		t.Errorf("a change after a quiet pass waits %s, want %s", w, membershipSettle)
 	}
+	// Passes slower than the changes (each sees a new change, more than membershipSettle after
+	// the last it saw) cannot tell a pause from a slow pass: the changes go on, and are bounded.
+	churn("slow", 0, 0, MembershipSettleMax+time.Second, 200*time.Millisecond)
 	s.forget("shop")
 	if w, _ := s.wait("shop", plan("r3", "w1"), start.Add(time.Hour)); w != membershipSettle {
 		t.Errorf("a forgotten sequence waits %s, want %s", w, membershipSettle)

@@ -87,7 +87,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		if changing >= settleReported {
 			cond.Reason, cond.Message = ReasonSettling, fmt.Sprintf("the members keep changing (added, removed or "+
 				"changed in generation): no group opens until they have stayed the same for %s, or %s after the changes began",
-				membershipSettle, membershipSettleMax)
+				membershipSettle, MembershipSettleMax)
 		}
 		for _, g := range plan {
 			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {

@@ -2,12 +2,18 @@ package ordering
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // TestLaterGroupAppliedFirstWaitsForTheEarlier: one sync creates the objects of several groups
@@ -35,4 +41,47 @@ func TestLaterGroupAppliedFirstWaitsForTheEarlier(t *testing.T) {
 	migrate := job(ns, "migrate", member("migrate", 2))
 	g.Expect(env.Client.Create(ctx, migrate)).To(Succeed())
 	expectGated(t, webPod)
+}
+
+// TestMembersThatNeverSettleHoldTheGroupsForABoundedTime: a member whose spec changes without
+// pause (two controllers fighting over it) keeps its sequence from settling. The groups stay closed
+// and the Sequence says why (reason Settling), but only for the settle's bound: the first group's pod
+// is released while the member still changes. (A pause of the changes, 150 ms in which a pass sees
+// them quiet, would release it earlier; the test changes the member back to back to leave none.)
+func TestMembersThatNeverSettleHoldTheGroupsForABoundedTime(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ns := namespace(t)
+	db := deployment(ns, "db", member("database", 1))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	dbPod := podOf(t, db, db.Spec.Template, "pod-template-hash", "v1")
+	noisy := deployment(ns, "noisy", member("web", 2))
+	g.Expect(env.Client.Create(ctx, noisy)).To(Succeed())
+	began := time.Now()
+	flapped := make(chan struct{})
+	go func() {
+		defer close(flapped)
+		for i := 0; ctx.Err() == nil; i++ {
+			p := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"flap":"%d"}}}}}`, i)
+			if err := env.Client.Patch(ctx, noisy, client.RawPatch(types.MergePatchType, []byte(p))); err != nil && ctx.Err() == nil {
+				t.Errorf("changing %s: %v", noisy.Name, err)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); <-flapped }()
+
+	g.Eventually(func(g Gomega) string {
+		c := meta.FindStatusCondition(sequenceStatus(g, ns).Status.Conditions, "Ready")
+		g.Expect(c).NotTo(BeNil())
+		return c.Reason
+	}).WithTimeout(timeout).Should(Equal(sequence.ReasonSettling))
+	g.Expect(gated(g, dbPod)).To(BeTrue(), "the first group opened while its sequence's members were changing")
+	g.Eventually(func(g Gomega) bool { return gated(g, dbPod) }).WithTimeout(sequence.MembershipSettleMax+timeout).
+		WithPolling(100*time.Millisecond).Should(BeFalse(), "the first group stayed closed while a later member kept changing")
+	t.Logf("the first group's pod was released %s after the changes began", time.Since(began).Round(time.Millisecond))
+	g.Expect(ctx.Err()).To(BeNil())
+	g.Eventually(func(g Gomega) string {
+		return meta.FindStatusCondition(sequenceStatus(g, ns).Status.Conditions, "Ready").Reason
+	}).WithTimeout(timeout).ShouldNot(Equal(sequence.ReasonSettling), "the settle no longer holds the groups: the status must not say it does")
 }
