@@ -52,10 +52,6 @@ const (
 	// ResolvedWaveAnnotation is the derived wave: group order x WavesPerGroup + order.
 	ResolvedWaveAnnotation = ResolvedDomain + "/wave"
 
-	// ReleasedAtAnnotation on a pod records when wavegate removed its scheduling gate (RFC 3339 with
-	// nanoseconds): a gated pod cannot be scheduled, so it was scheduled after this.
-	ReleasedAtAnnotation = ResolvedDomain + "/released-at"
-
 	// ArgoCDSyncWaveAnnotation is Argo CD's sync-wave annotation, stamped with the derived wave.
 	ArgoCDSyncWaveAnnotation = "argocd.argoproj.io/sync-wave"
 

@@ -15,8 +15,8 @@ func TestPatches(t *testing.T) {
 			`[{"op":"test","path":"/metadata/finalizers/2","value":"wavegate.io/ordered-teardown"},{"op":"remove","path":"/metadata/finalizers/2"}]`},
 		"test a gate by its object": {TestAndRemove("/spec/schedulingGates", 0, map[string]string{"name": "wavegate.io/ordered"}),
 			`[{"op":"test","path":"/spec/schedulingGates/0","value":{"name":"wavegate.io/ordered"}},{"op":"remove","path":"/spec/schedulingGates/0"}]`},
-		"add an annotation with an escaped key": {[]Operation{Add(Pointer("/metadata/annotations", "resolved.wavegate.io/released-at"), "now")},
-			`[{"op":"add","path":"/metadata/annotations/resolved.wavegate.io~1released-at","value":"now"}]`},
+		"add an annotation with an escaped key": {[]Operation{Add(Pointer("/metadata/annotations", "resolved.wavegate.io/wave"), "now")},
+			`[{"op":"add","path":"/metadata/annotations/resolved.wavegate.io~1wave","value":"now"}]`},
 		"tilde before slash": {[]Operation{Add(Pointer("/metadata/labels", "a~b/c"), "v")},
 			`[{"op":"add","path":"/metadata/labels/a~0b~1c","value":"v"}]`},
 	}

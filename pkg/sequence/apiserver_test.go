@@ -42,8 +42,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestRemoveGateAlreadyRemoved, against a real API server: a pod whose gate a previous pass removed,
-// which the cache still shows gated, is not an error and gets no second patch (its released-at is
-// kept): the API server refuses the patch whose test no longer applies (422), and the pod is read.
+// which the cache still shows gated, is not an error and gets no second patch (its resourceVersion
+// is unchanged): the API server refuses the patch whose test no longer applies (422), and the pod is read.
 // A pod whose gates are not where the cache saw them is read and released.
 func TestRemoveGateAlreadyRemoved(t *testing.T) {
 	ctx := context.Background()
@@ -95,8 +95,7 @@ func TestRemoveGateAlreadyRemoved(t *testing.T) {
 		}
 		got[name] = cur.Spec.SchedulingGates
 		if name == "released" && cur.ResourceVersion != first.ResourceVersion {
-			t.Errorf("the released pod was patched again: released-at %q, then %q",
-				first.Annotations[keys.ReleasedAtAnnotation], cur.Annotations[keys.ReleasedAtAnnotation])
+			t.Errorf("the released pod was patched again: resourceVersion %s, then %s", first.ResourceVersion, cur.ResourceVersion)
 		}
 	}
 	want := map[string][]corev1.PodSchedulingGate{"released": nil, "moved": {{Name: "example.com/other"}}}

@@ -176,11 +176,12 @@ func TestArgoCDSyncsInOrderAndStaysSynced(t *testing.T) {
 				ns, compare = "argo-shop-ssd", "ServerSideDiff=true"
 			}
 			repo := shopRepo(t, ns)
+			log := recordReleases(t, ns)
 			start := time.Now()
 			application(t, ns, repo, "shop", compare)
 			waitSyncedHealthy(t, ns, repo)
 			t.Logf("Argo CD + wavegate: %s from Application to Synced and Healthy", time.Since(start).Round(100*time.Millisecond))
-			checkReleaseOrder(t, ns)
+			checkReleaseOrder(t, ns, log)
 
 			syncs := syncCount(g, ns)
 			for range 3 {

@@ -84,6 +84,7 @@ spec:
     spec:
       containers: [{name: web, image: example.com/web:1}]
 `})
+	log := recordReleases(t, "ct-app", "ct-db")
 	application(t, "ct-app", repo, "app", "")
 	// Argo CD has synced the app before Helm runs: its pods wait, gated, for a database that does
 	// not exist yet.
@@ -113,21 +114,16 @@ spec:
 	jobs, err := cs.BatchV1().Jobs("ct-db").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true," + keys.WaitGroupLabel + "=database"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(jobs.Items).NotTo(BeEmpty(), "the database group's waiter runs beside its members")
-	var released time.Time
-	for _, j := range jobs.Items {
-		if f := waiterFinished(g, j); f.After(released) {
-			released = f
-		}
-	}
+	released := log.barriers(g, jobs.Items)["database"]
+	g.Expect(released).NotTo(BeZero(), "the log saw no database waiter done")
 	pods, err := cs.CoreV1().Pods("ct-app").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pods.Items).To(HaveLen(2))
 	for _, p := range pods.Items {
-		at := ungatedAt(p)
-		g.Expect(at.IsZero()).To(BeFalse(), "pod %s was never gated and released by wavegate", p.Name)
-		// Container finish times have one-second resolution: the same second is allowed.
-		g.Expect(at.Add(time.Second).After(released)).To(BeTrue(),
-			"web pod %s (Argo CD) was released at %s, before the database (Helm) was released at %s", p.Name, at, released)
+		at, gated := log.release(g, p)
+		g.Expect(gated).To(BeTrue(), "pod %s was never gated and released by wavegate", p.Name)
+		g.Expect(at).To(BeNumerically(">", released),
+			"web pod %s (Argo CD) was released at revision %d, before the database's waiter (Helm) was done at revision %d", p.Name, at, released)
 	}
 	run(t, "delete", "-n", "argocd", "application/ct-app", "--wait=true", "--timeout=120s")
 }

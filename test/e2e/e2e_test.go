@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +23,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/sequence"
 )
 
 var (
@@ -68,27 +74,29 @@ func example(name string) string { return filepath.Join(root, "examples", name) 
 var groupOrder = map[string]int{"database": 1, "migrate": 2, "web": 3}
 
 // TestOrderedInstallAndTeardownWithKubectl applies the three-group app in one `kubectl apply -f`
-// and proves from the cluster's own timestamps that no pod of a group was released to the scheduler
+// and proves from the order of the cluster's own writes that no pod of a group was released to the scheduler
 // before every earlier group's wait Job had completed; then `kubectl delete -f` (namespace included) leaves
 // nothing behind.
 func TestOrderedInstallAndTeardownWithKubectl(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	log := recordReleases(t, "shop")
 	run(t, "apply", "-f", example("shop"))
 	t.Cleanup(func() {
 		_ = exec.Command(kubectl, "delete", "-f", example("shop"), "--ignore-not-found", "--wait=false").Run()
 	})
-	checkReleaseOrder(t, "shop")
+	checkReleaseOrder(t, "shop", log)
 
 	run(t, "delete", "-f", example("shop"), "--wait=true", "--timeout=90s")
 	_, err := cs.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
 	g.Expect(err).To(HaveOccurred(), "namespace shop is stuck")
 }
 
-// checkReleaseOrder waits until the sequence of namespace ns is Ready, then proves from the
-// cluster's own records that no pod of examples/shop's groups in
-// namespace ns was released to the scheduler before every earlier group's waiter had succeeded.
-func checkReleaseOrder(t *testing.T, ns string) {
+// checkReleaseOrder waits until the sequence of namespace ns is Ready, then proves from the order
+// of the cluster's writes (log, recorded from before the apply) that no pod of examples/shop's
+// groups in namespace ns was released to the scheduler before every earlier group's waiter had
+// found its group ready.
+func checkReleaseOrder(t *testing.T, ns string, log *releaseLog) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -103,7 +111,6 @@ func checkReleaseOrder(t *testing.T, ns string) {
 			g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "waiter %s", p.Name)
 		}
 	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	// When did each group's wait Job complete, and when was each member pod released to the scheduler?
 	jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"})
 	g.Expect(err).NotTo(HaveOccurred())
 	// Wait Jobs start suspended until their waiter's ServiceAccount and Roles exist: the real Job
@@ -116,27 +123,20 @@ func checkReleaseOrder(t *testing.T, ns string) {
 	for _, e := range refused.Items {
 		g.Expect(e.InvolvedObject.Name).NotTo(HavePrefix("wavegate-wait-"), "the Job controller could not create a waiter pod: %s", e.Message)
 	}
-	released := map[string]time.Time{}
-	for _, j := range jobs.Items {
-		group := j.Labels[keys.WaitGroupLabel]
-		if c := waiterFinished(g, j); released[group].IsZero() || c.After(released[group]) {
-			released[group] = c // the last revision's waiter is the barrier
-		}
-	}
-	g.Expect(released).To(HaveKey("database"))
-	g.Expect(released).To(HaveKey("migrate"))
+	barrier := log.barriers(g, jobs.Items)
+	g.Expect(barrier).To(HaveKey("database"))
+	g.Expect(barrier).To(HaveKey("migrate"))
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.GroupLabel})
 	g.Expect(err).NotTo(HaveOccurred())
 	checked := 0
 	for _, p := range pods.Items {
 		g.Expect(p.Spec.NodeName).NotTo(BeEmpty(), "pod %s was never scheduled", p.Name)
-		scheduled := ungatedAt(p)
-		g.Expect(scheduled.IsZero()).To(BeFalse(), "pod %s was never gated and released by wavegate", p.Name)
-		for group, at := range released {
+		released, gated := log.release(g, p)
+		g.Expect(gated).To(BeTrue(), "pod %s was never gated and released by wavegate", p.Name)
+		for group, done := range barrier {
 			if groupOrder[group] < groupOrder[p.Labels[keys.GroupLabel]] {
-				// Container finish times have one-second resolution: the same second is allowed.
-				g.Expect(scheduled.Add(time.Second).After(at)).To(BeTrue(),
-					"pod %s of group %s was released at %s, before group %s was released at %s", p.Name, p.Labels[keys.GroupLabel], scheduled, group, at)
+				g.Expect(released).To(BeNumerically(">", done),
+					"pod %s of group %s was released at revision %d, before group %s's waiter was done at revision %d", p.Name, p.Labels[keys.GroupLabel], released, group, done)
 				checked++
 			}
 		}
@@ -144,32 +144,144 @@ func checkReleaseOrder(t *testing.T, ns string) {
 	g.Expect(checked).To(BeNumerically(">=", 3))
 }
 
-// waiterFinished returns when a wait Job's waiter found its group ready: the mark it wrote on its
-// Job, which wavegate releases the next group on, or, for a Job without one, when its pod exited.
-// Either way the pod, run for real, must succeed; it is waited for, because a kubelet (and the pod
-// runner) reports the exit only at its next PLEG relist, up to a second after the mark and so
-// after the next group's release.
-func waiterFinished(g Gomega, j batchv1.Job) time.Time {
-	var exited time.Time
+// waiterSucceeded checks that a wait Job's waiter pod, run for real, succeeded. It is waited for,
+// because a kubelet (and the pod runner) reports the exit only at its next PLEG relist, up to a
+// second after the waiter's mark and so after the next group's release. A Job of an old revision
+// whose pod is already gone must have completed.
+func waiterSucceeded(g Gomega, j batchv1.Job) {
 	g.Eventually(func(g Gomega) {
 		pods, err := cs.CoreV1().Pods(j.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "job-name=" + j.Name})
 		g.Expect(err).NotTo(HaveOccurred())
 		if len(pods.Items) == 0 && j.Status.CompletionTime != nil {
-			exited = j.Status.CompletionTime.Time // an old revision's Job whose pod is already gone
 			return
 		}
 		g.Expect(pods.Items).To(HaveLen(1))
 		p := pods.Items[0]
 		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "wait Job pods run for real and succeed")
-		g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
-		term := p.Status.ContainerStatuses[0].State.Terminated
-		g.Expect(term).NotTo(BeNil())
-		exited = term.FinishedAt.Time
 	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
-	if at, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaiterReadyAnnotation]); err == nil {
-		return at
+}
+
+// releaseLog records, from watches of some namespaces started before an apply, the revision of the
+// write that released each pod (removed wavegate's gate, or created the pod without one) and of the
+// first write that showed each wait Job's waiter done: the mark it writes on its Job
+// (keys.WaiterReadyAnnotation), which wavegate releases the next group on, or its pod's success,
+// the fallback. A resourceVersion is the etcd revision of an object's last write, and the local
+// cluster has one etcd: revisions order writes across objects exactly, where timestamps come from
+// different clocks, some with a second's resolution.
+type releaseLog struct {
+	mu       sync.Mutex
+	gated    map[string]bool   // namespace/pod: seen with the gate
+	released map[string]uint64 // namespace/pod
+	done     map[string]uint64 // namespace/job
+}
+
+// recordReleases starts a releaseLog of the pods and wait Jobs of namespaces (which need not exist
+// yet), until the test ends.
+func recordReleases(t *testing.T, namespaces ...string) *releaseLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	l := &releaseLog{gated: map[string]bool{}, released: map[string]uint64{}, done: map[string]uint64{}}
+	for _, ns := range namespaces {
+		pods := watchNamespacePods(ctx, t, ns)
+		go func() {
+			defer pods.Stop()
+			for ev := range pods.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type != watch.Deleted {
+					l.pod(p)
+				}
+			}
+		}()
+		jobs := watchNamespaceJobs(ctx, t, ns)
+		go func() {
+			defer jobs.Stop()
+			for ev := range jobs.ResultChan() {
+				if j, ok := ev.Object.(*batchv1.Job); ok && ev.Type != watch.Deleted {
+					if _, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaiterReadyAnnotation]); err == nil {
+						l.waiterDone(j.Namespace, j.Name, j.ResourceVersion)
+					}
+				}
+			}
+		}()
 	}
-	return exited
+	return l
+}
+
+func (l *releaseLog) pod(p *corev1.Pod) {
+	if job := p.Labels["job-name"]; p.Labels[keys.WaitJobLabel] == "true" && job != "" && p.Status.Phase == corev1.PodSucceeded {
+		l.waiterDone(p.Namespace, job, p.ResourceVersion)
+	}
+	rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+	key := p.Namespace + "/" + p.Name
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sequence.HasGate(p) {
+		l.gated[key] = true
+	} else if l.released[key] == 0 {
+		l.released[key] = rv
+	}
+}
+
+func (l *releaseLog) waiterDone(ns, job, resourceVersion string) {
+	rv, _ := strconv.ParseUint(resourceVersion, 10, 64)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur := l.done[ns+"/"+job]; cur == 0 || rv < cur {
+		l.done[ns+"/"+job] = rv
+	}
+}
+
+// release returns the revision that released a pod, once the watch has seen it, and whether the pod
+// was ever seen gated.
+func (l *releaseLog) release(g Gomega, p corev1.Pod) (uint64, bool) {
+	key := p.Namespace + "/" + p.Name
+	var rv uint64
+	g.Eventually(func() uint64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		rv = l.released[key]
+		return rv
+	}).WithTimeout(10*time.Second).Should(BeNumerically(">", 0), "the watch never saw pod %s released", key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rv, l.gated[key]
+}
+
+// barriers returns, per group, the revision at which the last of its wait Jobs that the log saw
+// done was done (the last revision's waiter is the barrier); each Job's waiter must have succeeded.
+// Jobs done before the log started are left out.
+func (l *releaseLog) barriers(g Gomega, jobs []batchv1.Job) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, j := range jobs {
+		waiterSucceeded(g, j)
+		l.mu.Lock()
+		rv := l.done[j.Namespace+"/"+j.Name]
+		l.mu.Unlock()
+		if group := j.Labels[keys.WaitGroupLabel]; rv > out[group] {
+			out[group] = rv
+		}
+	}
+	return out
+}
+
+// watchNamespaceJobs watches the wait Jobs of a namespace from now on, as watchNamespacePods does
+// its pods.
+func watchNamespaceJobs(ctx context.Context, t testing.TB, ns string) watch.Interface {
+	sel := metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"}
+	list, err := cs.BatchV1().Jobs(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel.LabelSelector
+			return cs.BatchV1().Jobs(ns).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 // rewriteNamespace copies a manifest into the test's directory with another namespace.
@@ -184,14 +296,6 @@ func rewriteNamespace(t *testing.T, path, ns string) string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// ungatedAt returns when wavegate removed a pod's scheduling gate, from the annotation it writes in
-// the same patch. A gated pod cannot be bound, so the pod was scheduled after this time; the zero
-// time means wavegate never ungated it.
-func ungatedAt(p corev1.Pod) time.Time {
-	t, _ := time.Parse(time.RFC3339Nano, p.Annotations[keys.ReleasedAtAnnotation])
-	return t
 }
 
 // TestServerSideDryRunCreatesNothing: `kubectl apply --dry-run=server` of the whole example

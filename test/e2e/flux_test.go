@@ -154,11 +154,12 @@ func TestFluxAppliesInOrderWithoutDrift(t *testing.T) {
 		g.Expect(os.WriteFile(filepath.Join(dir, f), []byte(strings.ReplaceAll(string(b), "namespace: shop", "namespace: "+ns)), 0o644)).To(Succeed())
 	}
 	fluxSource(t, dir, "shop")
+	log := recordReleases(t, ns)
 	start := time.Now()
 	kustomization(t, "shop")
 	kustomizationReady(t, "shop")
 	t.Logf("Flux (wait: true) + wavegate: %s from Kustomization to Ready", time.Since(start).Round(100*time.Millisecond))
-	checkReleaseOrder(t, ns)
+	checkReleaseOrder(t, ns, log)
 
 	before := len(fluxLog(t))
 	for range 3 {

@@ -37,6 +37,7 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 	oldWeb, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	g.Expect(err).NotTo(HaveOccurred())
 
+	log := recordReleases(t, "shop")
 	run(t, "patch", "-n", "shop", "statefulset/db", "--type=json", `-p=[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"postgres:17"}]`)
 	run(t, "patch", "-n", "shop", "deployment/web", "--type=json", `-p=[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"shop/web:2"}]`)
 
@@ -45,14 +46,8 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 	// The database's newest wait Job is the barrier the new web pods waited for.
 	jobs, err := cs.BatchV1().Jobs("shop").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=database"})
 	g.Expect(err).NotTo(HaveOccurred())
-	var released time.Time
-	for _, j := range jobs.Items {
-		if j.Status.Succeeded > 0 || j.Status.CompletionTime != nil || j.Annotations[keys.WaiterReadyAnnotation] != "" {
-			if at := waiterFinished(g, j); at.After(released) {
-				released = at
-			}
-		}
-	}
+	released := log.barriers(g, jobs.Items)["database"]
+	g.Expect(released).NotTo(BeZero(), "the log saw no waiter of the database's new revision done")
 	pods, err := cs.CoreV1().Pods("shop").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 	g.Expect(err).NotTo(HaveOccurred())
 	newPods, gatedPods := 0, 0
@@ -63,15 +58,14 @@ func TestUpgradeOrderWithKubectl(t *testing.T) {
 		newPods++
 		// The first pod of the new template is gated and released; later pods of the same template
 		// (the rolling update's next ones) start without a gate, as the template is then cleared:
-		// they were created after the release.
-		at := ungatedAt(p)
-		if at.IsZero() {
-			at = p.CreationTimestamp.Time
-		} else {
+		// they were created after the release. Either way the write that let the pod be scheduled
+		// (the gate's removal, or the pod's creation) came after the database's waiter was done.
+		at, gated := log.release(g, p)
+		if gated {
 			gatedPods++
 		}
-		g.Expect(at.Add(time.Second).After(released)).To(BeTrue(),
-			"new web pod %s started at %s, before the database's new revision was released at %s", p.Name, at, released)
+		g.Expect(at).To(BeNumerically(">", released),
+			"new web pod %s was released at revision %d, before the database's new revision was released at revision %d", p.Name, at, released)
 	}
 	t.Logf("%d new web pods, %d of them gated and released by wavegate", newPods, gatedPods)
 	g.Expect(newPods).To(BeNumerically(">", 0))
