@@ -173,6 +173,7 @@ type releaseLog struct {
 	gated    map[string]bool   // namespace/pod: seen with the gate
 	released map[string]uint64 // namespace/pod
 	done     map[string]uint64 // namespace/job
+	created  map[string]bool   // namespace/job: created after the log started
 }
 
 // recordReleases starts a releaseLog of the pods and wait Jobs of namespaces (which need not exist
@@ -181,7 +182,7 @@ func recordReleases(t *testing.T, namespaces ...string) *releaseLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	l := &releaseLog{gated: map[string]bool{}, released: map[string]uint64{}, done: map[string]uint64{}}
+	l := &releaseLog{gated: map[string]bool{}, released: map[string]uint64{}, done: map[string]uint64{}, created: map[string]bool{}}
 	for _, ns := range namespaces {
 		pods := watchNamespacePods(ctx, t, ns)
 		go func() {
@@ -197,6 +198,11 @@ func recordReleases(t *testing.T, namespaces ...string) *releaseLog {
 			defer jobs.Stop()
 			for ev := range jobs.ResultChan() {
 				if j, ok := ev.Object.(*batchv1.Job); ok && ev.Type != watch.Deleted {
+					if ev.Type == watch.Added {
+						l.mu.Lock()
+						l.created[j.Namespace+"/"+j.Name] = true
+						l.mu.Unlock()
+					}
 					if _, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaiterReadyAnnotation]); err == nil {
 						l.waiterDone(j.Namespace, j.Name, j.ResourceVersion)
 					}
@@ -247,16 +253,22 @@ func (l *releaseLog) release(g Gomega, p corev1.Pod) (uint64, bool) {
 	return rv, l.gated[key]
 }
 
-// barriers returns, per group, the revision at which the last of its wait Jobs that the log saw
-// done was done (the last revision's waiter is the barrier); each Job's waiter must have succeeded.
-// Jobs done before the log started are left out.
+// barriers returns, per group, the revision at which the last of its wait Jobs was done (the last
+// revision's waiter is the barrier). Each Job's waiter must have succeeded, and the log must have
+// seen each Job created after it started done; Jobs created before (an earlier revision's) count
+// only if it saw them done.
 func (l *releaseLog) barriers(g Gomega, jobs []batchv1.Job) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, j := range jobs {
 		waiterSucceeded(g, j)
-		l.mu.Lock()
-		rv := l.done[j.Namespace+"/"+j.Name]
-		l.mu.Unlock()
+		key := j.Namespace + "/" + j.Name
+		var rv uint64
+		g.Eventually(func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			rv = l.done[key]
+			return rv > 0 || !l.created[key]
+		}).WithTimeout(10*time.Second).Should(BeTrue(), "the watch never saw the waiter of %s done", key)
 		if group := j.Labels[keys.WaitGroupLabel]; rv > out[group] {
 			out[group] = rv
 		}
