@@ -247,7 +247,11 @@ func BenchmarkReleaseLatency(b *testing.B) {
 			}
 			// Each iteration's figure, for pooling runs: the p50 of one run of twenty moves by up to
 			// 140 ms between runs of the same code on the 2-core machine.
-			b.Logf("added per boundary, by iteration: %v", added)
+			ms := make([]int64, len(added))
+			for i, d := range added {
+				ms[i] = d.Milliseconds()
+			}
+			b.Logf("added per boundary (ms), by iteration: %v", ms)
 			b.ReportMetric(float64(percentile(all, 0.5).Milliseconds()), "p50-ms/boundary")
 			b.ReportMetric(float64(percentile(all, 0.99).Milliseconds()), "p99-ms/boundary")
 			b.ReportMetric(float64(percentile(added, 0.5).Milliseconds()), "added-p50-ms/boundary")
