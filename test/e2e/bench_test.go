@@ -103,19 +103,31 @@ func watchPodsBy(ctx context.Context, t testing.TB, ns string, groupOf func(*cor
 	return pt
 }
 
-// watchNamespacePods watches the pods of a namespace from now on, resuming from the last event seen
+// watchNamespacePods watches the pods of a namespace from now on (see watchFromNow).
+func watchNamespacePods(ctx context.Context, t testing.TB, ns string) watch.Interface {
+	return watchFromNow(ctx, t,
+		func(ctx context.Context, o metav1.ListOptions) (string, error) {
+			list, err := cs.CoreV1().Pods(ns).List(ctx, o)
+			if err != nil {
+				return "", err
+			}
+			return list.ResourceVersion, nil
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		})
+}
+
+// watchFromNow watches from the resourceVersion a LIST returns, resuming from the last event seen
 // when the API server closes the watch: it did, within a second, in runs with a hundred pods
 // created at once on two cores, and a plain watch then missed the rest without an error.
-func watchNamespacePods(ctx context.Context, t testing.TB, ns string) watch.Interface {
-	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+func watchFromNow(ctx context.Context, t testing.TB, list func(context.Context, metav1.ListOptions) (string, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) watch.Interface {
+	rv, err := list(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return cs.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	})
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: watchFn})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/sequence"
@@ -242,15 +240,18 @@ func (l *releaseLog) waiterDone(ns, job, resourceVersion string) {
 func (l *releaseLog) release(g Gomega, p corev1.Pod) (uint64, bool) {
 	key := p.Namespace + "/" + p.Name
 	var rv uint64
-	g.Eventually(func() uint64 {
+	var gated bool
+	l.await(g, func() bool { rv, gated = l.released[key], l.gated[key]; return rv > 0 }, "the watch never saw pod %s released", key)
+	return rv, gated
+}
+
+// await waits until seen, called under the log's lock, is true.
+func (l *releaseLog) await(g Gomega, seen func() bool, msg string, args ...any) {
+	g.Eventually(func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		rv = l.released[key]
-		return rv
-	}).WithTimeout(10*time.Second).Should(BeNumerically(">", 0), "the watch never saw pod %s released", key)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return rv, l.gated[key]
+		return seen()
+	}).WithTimeout(10*time.Second).Should(BeTrue(), append([]any{msg}, args...)...)
 }
 
 // barriers returns, per group, the revision at which the last of its wait Jobs was done (the last
@@ -263,12 +264,7 @@ func (l *releaseLog) barriers(g Gomega, jobs []batchv1.Job) map[string]uint64 {
 		waiterSucceeded(g, j)
 		key := j.Namespace + "/" + j.Name
 		var rv uint64
-		g.Eventually(func() bool {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			rv = l.done[key]
-			return rv > 0 || !l.created[key]
-		}).WithTimeout(10*time.Second).Should(BeTrue(), "the watch never saw the waiter of %s done", key)
+		l.await(g, func() bool { rv = l.done[key]; return rv > 0 || !l.created[key] }, "the watch never saw the waiter of %s done", key)
 		if group := j.Labels[keys.WaitGroupLabel]; rv > out[group] {
 			out[group] = rv
 		}
@@ -276,24 +272,20 @@ func (l *releaseLog) barriers(g Gomega, jobs []batchv1.Job) map[string]uint64 {
 	return out
 }
 
-// watchNamespaceJobs watches the wait Jobs of a namespace from now on, as watchNamespacePods does
-// its pods.
+// watchNamespaceJobs watches the wait Jobs of a namespace from now on (see watchFromNow).
 func watchNamespaceJobs(ctx context.Context, t testing.TB, ns string) watch.Interface {
-	sel := metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true"}
-	list, err := cs.BatchV1().Jobs(ns).List(ctx, sel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel.LabelSelector
-			return cs.BatchV1().Jobs(ns).Watch(ctx, o)
+	selected := func(o metav1.ListOptions) metav1.ListOptions { o.LabelSelector = keys.WaitJobLabel + "=true"; return o }
+	return watchFromNow(ctx, t,
+		func(ctx context.Context, o metav1.ListOptions) (string, error) {
+			list, err := cs.BatchV1().Jobs(ns).List(ctx, selected(o))
+			if err != nil {
+				return "", err
+			}
+			return list.ResourceVersion, nil
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.BatchV1().Jobs(ns).Watch(ctx, selected(o))
+		})
 }
 
 // rewriteNamespace copies a manifest into the test's directory with another namespace.
