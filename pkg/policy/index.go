@@ -233,6 +233,22 @@ func (i *Index) Shared(sequence string) bool {
 	return i != nil && i.root != nil && len(i.root.sequences[sequence]) > 0
 }
 
+// ClusterScoped reports whether a WavePolicy declares the sequence with clusterScoped: the
+// platform's consent that the sequence reaches cluster-scoped objects. Only then may a member's
+// declared cleanup (keys.CleanupAnnotation) name a cluster-scoped kind, whose objects wavegate
+// deletes everywhere.
+func (i *Index) ClusterScoped(sequence string) bool {
+	if i == nil || i.root == nil {
+		return false
+	}
+	for _, d := range i.root.sequences[sequence] {
+		if d.clusterScoped {
+			return true
+		}
+	}
+	return false
+}
+
 // MemberNamespace returns the only namespace the members of a sequence can be in (the part of its
 // name before the first dot), or "" for a shared sequence, whose members can be anywhere: a
 // consistent read of its members stays in that namespace.

@@ -34,3 +34,34 @@ func TestShared(t *testing.T) {
 		})
 	}
 }
+
+func TestClusterScoped(t *testing.T) {
+	idx := Compile([]wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{
+			{Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "platform"}}},
+			{Name: "gpu", ClusterScoped: true},
+		}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{
+			{Name: "platform"}, // a second declaration without clusterScoped changes nothing
+		}}},
+	})
+	cases := map[string]struct {
+		idx  *Index
+		seq  string
+		want bool
+	}{
+		"declared clusterScoped":            {idx, "gpu", true},
+		"shared among namespaces only":      {idx, "platform", false},
+		"a namespace's own sequence":        {idx, "gpu-operator", false},
+		"a namespace's own, named like one": {idx, "gpu.x", false},
+		"no policies":                       {Compile(nil), "gpu", false},
+		"no index (policies not yet)":       {nil, "gpu", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.idx.ClusterScoped(tc.seq); got != tc.want {
+				t.Errorf("ClusterScoped(%q) = %v, want %v", tc.seq, got, tc.want)
+			}
+		})
+	}
+}

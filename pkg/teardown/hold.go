@@ -36,6 +36,7 @@ const (
 	ReasonTeardownReleased = "TeardownReleased"
 	ReasonTeardownTimeout  = "TeardownTimeout"
 	ReasonCleanupDeleted   = "CleanupDeleted"
+	ReasonCleanupRefused   = "CleanupRefused"
 	ReasonFinalizersForced = "FinalizersForced"
 	ReasonFinalizerRemoved = "FinalizerReleased"
 )
@@ -209,7 +210,7 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 			remaining = append(remaining, l.Kind.GVK.Kind+"/"+l.GetName())
 		}
 	}
-	cleanupLeft, stuck, err := r.cleanup(ctx, o)
+	cleanupLeft, stuck, err := r.cleanup(ctx, o, idx)
 	if err != nil {
 		return false, "", 0, err
 	}
@@ -276,13 +277,28 @@ type stuckObject struct {
 
 // cleanup deletes the objects of the kinds a member declares (keys.CleanupAnnotation) and returns
 // how many still exist, and those of them that are stuck being deleted.
-func (r *Holder) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObject, error) {
+//
+// The annotation is written by whoever may label the member, a tenant of its namespace say, and the
+// deletions are the manager's: what it declares must stay within what that author could reach.
+// Objects of a namespaced kind are cleaned up in the member's own namespace only; a cluster-scoped
+// kind (ClusterPolicy, say), whose objects are deleted everywhere, only for a member of a sequence
+// that a WavePolicy (cluster-scoped: tenants cannot write one) declares clusterScoped. wavegate's
+// own kinds and the objects it makes (wait Jobs, waiter access) are never cleaned up. A refused or
+// unknown kind has nothing to wait for: it is skipped with a Warning Event.
+func (r *Holder) cleanup(ctx context.Context, o resolvedObject, idx *policy.Index) (int, []stuckObject, error) {
 	decl := o.GetAnnotations()[keys.CleanupAnnotation]
 	if decl == "" {
 		return 0, nil, nil
 	}
 	left := 0
 	var stuck []stuckObject
+	var refused []string
+	defer func() {
+		// One Event for all of them: Events of one object and reason merge into a series.
+		if len(refused) > 0 {
+			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonCleanupRefused, "%s: %s", keys.CleanupAnnotation, strings.Join(refused, "; "))
+		}
+	}()
 	for _, kind := range strings.Split(decl, ",") {
 		kind = strings.TrimSpace(kind)
 		if kind == "" {
@@ -290,11 +306,13 @@ func (r *Holder) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObj
 		}
 		gvr, namespaced, err := r.resourceFor(kind)
 		if err != nil {
-			r.event(o.Unstructured, corev1.EventTypeWarning, ReasonTeardownHeld, "%s %s: %v", keys.CleanupAnnotation, kind, err)
-			continue // an unknown kind has no objects: nothing to wait for
+			refused = append(refused, fmt.Sprintf("%s: %v", kind, err))
+			continue
 		}
-		// Objects of a namespaced kind are cleaned up in the member's own namespace; a cluster-scoped
-		// kind (ClusterPolicy, say) everywhere.
+		if reason := cleanupRefused(gvr, namespaced, o.res.Sequence, idx); reason != "" {
+			refused = append(refused, fmt.Sprintf("%s: %s", kind, reason))
+			continue
+		}
 		ns := ""
 		if namespaced {
 			ns = o.GetNamespace()
@@ -306,15 +324,30 @@ func (r *Holder) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObj
 			}
 			return 0, nil, fmt.Errorf("listing cleanup kind %s: %w", kind, err)
 		}
+		forbidden := false
 		for i := range list.Items {
 			it := &list.Items[i]
+			if wavegateMade(it) {
+				continue
+			}
 			left++
 			if it.DeletionTimestamp != nil {
 				stuck = append(stuck, stuckObject{gvr, it})
 				continue
 			}
+			if forbidden {
+				continue
+			}
 			err := r.Tracker.Metadata.Resource(gvr).Namespace(it.Namespace).Delete(ctx, it.Name,
 				metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)})
+			if apierrors.IsForbidden(err) {
+				// Waiting for the objects to go some other way keeps the member held, and its
+				// timeout counting, instead of failing the whole hold on every pass.
+				forbidden = true
+				refused = append(refused, fmt.Sprintf("%s: wavegate may not delete them (grant delete with a ClusterRole labeled %s=true); waiting for them to be deleted",
+					kind, keys.AggregateToManagerLabel))
+				continue
+			}
 			if client.IgnoreNotFound(err) != nil {
 				return 0, nil, fmt.Errorf("deleting cleanup object %s %s: %w", kind, klog.KObj(it), err)
 			}
@@ -324,6 +357,24 @@ func (r *Holder) cleanup(ctx context.Context, o resolvedObject) (int, []stuckObj
 	return left, stuck, nil
 }
 
+// cleanupRefused says why a member of sequence seq may not declare the cleanup of a kind, or "".
+func cleanupRefused(gvr schema.GroupVersionResource, namespaced bool, seq string, idx *policy.Index) string {
+	if gvr.Group == keys.Domain {
+		return "wavegate's own kinds are never cleaned up"
+	}
+	if !namespaced && !idx.ClusterScoped(seq) {
+		return fmt.Sprintf("a cluster-scoped kind, whose objects would be deleted everywhere: only members of a sequence that a WavePolicy declares with clusterScoped: true may declare one (sequence %q is not)", seq)
+	}
+	return ""
+}
+
+// wavegateMade reports whether wavegate made an object (a wait Job, a waiter's access): declared
+// cleanup never deletes those.
+func wavegateMade(o metav1.Object) bool {
+	l := o.GetLabels()
+	return l[keys.WaitJobLabel] != "" || l[keys.WaiterRBACLabel] != ""
+}
+
 func (r *Holder) resourceFor(kind string) (schema.GroupVersionResource, bool, error) {
 	gr := schema.ParseGroupResource(kind)
 	for _, k := range r.Tracker.Kinds() {
@@ -331,7 +382,7 @@ func (r *Holder) resourceFor(kind string) (schema.GroupVersionResource, bool, er
 			return k.GVR, k.Namespaced, nil
 		}
 	}
-	return schema.GroupVersionResource{}, false, fmt.Errorf("the API server serves no resource %q", kind)
+	return schema.GroupVersionResource{}, false, fmt.Errorf("wavegate does not watch it: it is not served, or wavegate may not list and watch it (grant list, watch and delete with a ClusterRole labeled %s=true); not cleaned up", keys.AggregateToManagerLabel)
 }
 
 func (r *Holder) forceFinalizers(ctx context.Context, s stuckObject) error {

@@ -13,6 +13,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
@@ -70,5 +71,51 @@ func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 	want := map[string][]string{"refused": {keys.TeardownFinalizer}, "a": {}, "b": {}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("finalizers (-want +got):\n%s", d)
+	}
+}
+
+func TestCleanupRefused(t *testing.T) {
+	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: "gpu", ClusterScoped: true}, {Name: "shared"}}}}})
+	gadgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	sequences := schema.GroupVersionResource{Group: keys.Domain, Version: "v1alpha1", Resource: "sequences"}
+	cases := map[string]struct {
+		gvr        schema.GroupVersionResource
+		namespaced bool
+		seq        string
+		refused    bool
+	}{
+		"namespaced kind, own namespace's sequence":            {widgets, true, "shop", false},
+		"cluster-scoped kind, own namespace's sequence":        {gadgets, false, "shop", true},
+		"cluster-scoped kind, sequence shared among tenants":   {gadgets, false, "shared", true},
+		"cluster-scoped kind, sequence declared clusterScoped": {gadgets, false, "gpu", false},
+		"wavegate's own kind, even clusterScoped":              {sequences, false, "gpu", true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := cleanupRefused(tc.gvr, tc.namespaced, tc.seq, idx) != ""; got != tc.refused {
+				t.Errorf("refused = %v, want %v", got, tc.refused)
+			}
+		})
+	}
+}
+
+func TestWavegateMade(t *testing.T) {
+	cases := map[string]struct {
+		labels map[string]string
+		want   bool
+	}{
+		"a user's Job":    {map[string]string{"app": "x"}, false},
+		"a wait Job":      {map[string]string{keys.WaitJobLabel: "true"}, true},
+		"a waiter's Role": {map[string]string{keys.WaiterRBACLabel: "true"}, true},
+		"no labels":       {nil, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := wavegateMade(&metav1.ObjectMeta{Labels: tc.labels}); got != tc.want {
+				t.Errorf("wavegateMade = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +46,10 @@ const (
 	node = "node-0"
 )
 
-var widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+var (
+	widgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	gadgets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
@@ -63,28 +67,37 @@ func TestMain(m *testing.M) {
 	}))
 }
 
+// installWidgetCRD installs the namespaced Widgets and the cluster-scoped Gadgets.
 func installWidgetCRD() error {
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
-	if err := env.Client.Create(context.Background(), crd); err != nil {
-		return err
+	for _, k := range []struct {
+		gvr   schema.GroupVersionResource
+		kind  string
+		scope apiextensionsv1.ResourceScope
+	}{{widgets, "Widget", apiextensionsv1.NamespaceScoped}, {gadgets, "Gadget", apiextensionsv1.ClusterScoped}} {
+		crd := &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: k.gvr.Resource + "." + k.gvr.Group},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+				Group: k.gvr.Group, Scope: k.scope,
+				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: k.gvr.Resource, Singular: strings.ToLower(k.kind), Kind: k.kind, ListKind: k.kind + "List"},
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: k.gvr.Version, Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+						Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+			},
+		}
+		if err := env.Client.Create(context.Background(), crd); err != nil {
+			return err
+		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := dyn.Resource(widgets).List(context.Background(), metav1.ListOptions{}); err == nil {
+		_, err1 := dyn.Resource(widgets).List(context.Background(), metav1.ListOptions{})
+		_, err2 := dyn.Resource(gadgets).List(context.Background(), metav1.ListOptions{})
+		if err1 == nil && err2 == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("the Widget CRD was not served in time")
+	return fmt.Errorf("the Widget and Gadget CRDs were not served in time")
 }
 
 // runOperator is the stand-in operator, as strict as a real one: it works only while one of its pods

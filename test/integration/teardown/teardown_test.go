@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +26,7 @@ import (
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/mutate"
 	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/sequence"
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
@@ -221,6 +223,62 @@ func TestDeclaredCleanupKinds(t *testing.T) {
 	g.Expect(env.Client.Delete(ctx, a.operator)).To(Succeed())
 	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero())
 	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+}
+
+// TestDeclaredCleanupStaysWithinItsReach: the cleanup annotation is written by whoever may label a
+// member, a tenant of its namespace say, while the deletions are the manager's. A cluster-scoped kind
+// (Gadgets) is cleaned up only for a sequence that a WavePolicy declares clusterScoped, and
+// wavegate's own kinds never: the Gadget and another namespace's Sequence survive, the member goes
+// without waiting, and a Warning Event says why.
+func TestDeclaredCleanupStaysWithinItsReach(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	other := install(t, namespace(t, true), 0, nil)
+	otherSeq := &wavev1.Sequence{}
+	g.Eventually(func() error {
+		return env.Client.Get(ctx, client.ObjectKey{Name: sequence.ObjectName(other.ns)}, otherSeq)
+	}).WithTimeout(timeout).Should(Succeed())
+
+	ns := namespace(t, true)
+	victim := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "victim-" + ns}}}
+	_, err := dyn.Resource(gadgets).Create(ctx, victim, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = dyn.Resource(gadgets).Delete(ctx, victim.GetName(), metav1.DeleteOptions{}) })
+	victimLeft := func() error {
+		_, err := dyn.Resource(gadgets).Get(ctx, victim.GetName(), metav1.GetOptions{})
+		return err
+	}
+	a := install(t, ns, 0, map[string]string{keys.CleanupAnnotation: "gadgets.example.com, sequences.wavegate.io"})
+
+	g.Expect(env.Client.Delete(ctx, a.operator)).To(Succeed())
+	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+	g.Expect(victimLeft()).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(otherSeq), otherSeq)).To(Succeed())
+	g.Expect(otherSeq.DeletionTimestamp).To(BeNil())
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(ns))).To(Succeed())
+		var refused []string
+		for _, e := range evs.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == teardown.ReasonCleanupRefused {
+				refused = append(refused, e.Note)
+			}
+		}
+		return refused
+	}).WithTimeout(timeout).Should(ContainElement(And(ContainSubstring("gadgets.example.com: a cluster-scoped kind"),
+		ContainSubstring("sequences.wavegate.io: wavegate's own kinds are never cleaned up"))))
+
+	// Declared clusterScoped by a WavePolicy, which tenants cannot write: the same cleanup runs.
+	ns2 := namespace(t, true)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "gpu-" + ns2}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: ns2, ClusterScoped: true}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	b := install(t, ns2, 0, map[string]string{keys.CleanupAnnotation: "gadgets.example.com"})
+	g.Expect(env.Client.Delete(ctx, b.operator)).To(Succeed())
+	g.Eventually(victimLeft).WithTimeout(timeout).Should(Satisfy(apierrors.IsNotFound))
+	g.Eventually(b.operatorExists).WithTimeout(timeout).Should(BeFalse())
 }
 
 // TestTimeoutAndForcedRemoval: a declared cleanup object that no operator finalizes holds the
