@@ -102,11 +102,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace)
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
-	pods, err := r.sequencePods(ctx, seq)
+	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
+	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.releaseOutside(ctx, pods, outside, sc); err != nil {
+	if err := r.releaseOutside(ctx, pods, strangers, outside, sc); err != nil {
 		return ctrl.Result{}, err
 	}
 	ms := make([]Member, 0, len(objs))
@@ -157,7 +158,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early;
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
-	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
 	opening := plan
 	settle, changing := r.settling.wait(seq, plan, r.now())
 	if settle > 0 {

@@ -54,6 +54,8 @@ type ungated struct {
 	running map[string][]string
 	// pods are the cached pods to release.
 	pods []*corev1.Pod
+	// joins tells the namespaces whose pods are the sequence's.
+	joins func(namespace string) bool
 }
 
 func (u *ungated) releasing(group, template string) {
@@ -84,6 +86,17 @@ type freshView struct {
 	scope *scope
 	// members reads the sequence's members (Tracker.FreshMembers when nil; tests replace it).
 	members func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error)
+}
+
+// joins reports whether a namespace's pods may be the sequence's (policy.Index.MayJoin).
+func (f *freshView) joins(ctx context.Context) func(namespace string) bool {
+	return func(ns string) bool {
+		var labels map[string]string
+		if f.scope != nil {
+			labels = f.scope.Labels(ctx, ns)
+		}
+		return f.idx.MayJoin(f.seq, ns, labels)
+	}
 }
 
 func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
@@ -122,7 +135,8 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 // (an earlier group's objects created a moment before the pods) never releases a pod early. On an
 // error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
-	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{}}
+	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{},
+		joins: fresh.joins(ctx)}
 	var candidates []*corev1.Pod
 	now := r.now()
 	r.recent.expire(now)
@@ -176,7 +190,7 @@ func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod,
 	if len(u.released) == 0 {
 		return nil, nil
 	}
-	pods, err := r.sequencePods(ctx, u.seq)
+	pods, _, err := r.sequencePods(ctx, u.seq, u.joins)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +238,7 @@ const ungateParallelism = 64
 
 // releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
 // the teardown finalizers of members and the scheduling gates of pods.
-func (r *Reconciler) releaseOutside(ctx context.Context, pods []*corev1.Pod, outside []members.Object, sc *scope) error {
+func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*corev1.Pod, outside []members.Object, sc *scope) error {
 	for _, o := range outside {
 		if teardown.HasFinalizer(o) {
 			if err := r.holder().Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
@@ -239,22 +253,40 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods []*corev1.Pod, out
 			}
 		}
 	}
+	// A pod whose namespace may no longer join the sequence (a policy stopped sharing it) is not
+	// ordered any more; nor is one that gated itself with wavegate's gate in a sequence it may not
+	// join: nothing else would ever release them.
+	for _, p := range strangers {
+		if HasGate(p) && p.DeletionTimestamp == nil {
+			if err := r.removeGate(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
 // sequencePods lists a sequence's cached pods once per reconcile, without copying them: they are
 // only read (a reconcile per pod event, each copying a hundred pods several times, was a third of
 // the manager's CPU while a ReplicaSet created a hundred gated pods).
-func (r *Reconciler) sequencePods(ctx context.Context, seq string) ([]*corev1.Pod, error) {
+//
+// Any pod may name any sequence in its labels (pods are never denied), but only those of the
+// namespaces that may join it (joins) are its pods: a tenant's pod that names another namespace's
+// sequence gates, counts and clears nothing there. Those others are returned apart (strangers).
+func (r *Reconciler) sequencePods(ctx context.Context, seq string, joins func(namespace string) bool) (pods, strangers []*corev1.Pod, err error) {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{PodSequenceIndex: seq}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
 	}
-	pods := make([]*corev1.Pod, len(list.Items))
+	pods = make([]*corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
-		pods[i] = &list.Items[i]
+		if p := &list.Items[i]; joins(p.Namespace) {
+			pods = append(pods, p)
+		} else {
+			strangers = append(strangers, p)
+		}
 	}
-	return pods, nil
+	return pods, strangers, nil
 }
 
 // HasGate reports whether a pod carries wavegate's scheduling gate.

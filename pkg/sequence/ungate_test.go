@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -192,7 +193,7 @@ func TestOpener(t *testing.T) {
 // cachedPods are the pods of the "shop" sequence that a reconcile lists from its cache.
 func cachedPods(t *testing.T, r *Reconciler) []*corev1.Pod {
 	t.Helper()
-	pods, err := r.sequencePods(context.Background(), "shop")
+	pods, _, err := r.sequencePods(context.Background(), "shop", (&freshView{seq: "shop"}).joins(context.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,5 +298,71 @@ func TestReleaseTakesStragglersSeenMeanwhile(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]bool{"web-1": false, "web-2": false, "web-3": true}, gated()); d != "" {
 		t.Errorf("gated after the pass (-want +got):\n%s", d)
+	}
+}
+
+// TestPodsOfOtherNamespacesAreNotTheSequences: any pod may name any sequence in its labels (pods
+// are never denied at admission), but only the pods of namespaces that may join a sequence are its
+// pods. A tenant's pod naming the shop sequence neither clears a template for it (its running pod)
+// nor counts as gated there; one that gated itself with wavegate's gate is released, since nothing
+// would order it.
+func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
+	ctx := context.Background()
+	own := gatedPod("web-1", "web", "a")
+	running := gatedPod("intruder-1", "web", "next")
+	running.Namespace, running.Labels[keys.SequenceLabel] = "tenant", "shop"
+	running.Spec.SchedulingGates = nil
+	selfGated := gatedPod("intruder-2", "web", "b")
+	selfGated.Namespace, selfGated.Labels[keys.SequenceLabel] = "tenant", "shop"
+	namespaces := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{keys.EnabledLabel: "true"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Labels: map[string]string{keys.EnabledLabel: "true"}}},
+	}
+	byPodSequence := func(o client.Object) []string { return []string{members.SequenceOf(o)} }
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithIndex(&corev1.Pod{}, PodSequenceIndex, byPodSequence).
+		WithObjects(append(namespaces, own, running, selfGated)...).Build()
+	r := &Reconciler{Client: c}
+	sc := newScope(c, "wavegate-system")
+	fresh := &freshView{r: r, seq: "shop", idx: policy.Compile(nil), scope: sc}
+
+	pods, strangers, err := r.sequencePods(ctx, "shop", fresh.joins(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(ps []*corev1.Pod) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if diff := cmp.Diff([]string{"shop/web-1"}, names(pods)); diff != "" {
+		t.Errorf("the sequence's pods (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"tenant/intruder-1", "tenant/intruder-2"}, names(strangers)); diff != "" {
+		t.Errorf("strangers (-want +got):\n%s", diff)
+	}
+	u, err := r.ungate(ctx, pods, newOpener([]*Group{{Name: "web", Open: false}}, func() (map[string]bool, error) {
+		return map[string]bool{}, nil
+	}), fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{}, u.running); diff != "" {
+		t.Errorf("templates running in the sequence (-want +got):\n%s", diff)
+	}
+
+	if err := r.releaseOutside(ctx, pods, strangers, nil, sc); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*corev1.Pod{own, selfGated} {
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			t.Fatal(err)
+		}
+		if want := p == own; HasGate(got) != want {
+			t.Errorf("%s gated = %v, want %v", p.Name, HasGate(got), want)
+		}
 	}
 }
