@@ -248,11 +248,18 @@ func (r *Reconciler) holder() *teardown.Holder {
 // Creating it opens nothing: the waiter only watches, and an unarmed Job has no deadline, so a
 // cache that lags (an earlier group it has not seen yet) costs at most a Job that deleteStaleJobs
 // removes. Its pod start is then off the group's path, which would otherwise wait for the
-// consistent read first. Terminating groups (members being deleted) get no new Job.
-func startJobs(plan []*Group, terminating map[string]int32) []*Group {
+// consistent read first.
+//
+// A group whose members are being deleted gets its Job too when it still has members that are not
+// (the plan leaves the deleted ones out): one member pruned while the group stays (a ConfigMap
+// dropped from Git, held by teardown while later groups exist) changes the group's revision, and a
+// group without the Job of its revision is never released, so every later group's new pods would
+// stay gated for as long as the pruned member is held, for good. A group whose members are all
+// being deleted is not in the plan.
+func startJobs(plan []*Group) []*Group {
 	var out []*Group
 	for _, g := range plan {
-		if g.JobName != "" && terminating[g.Name] == 0 && g.JobState == JobMissing && (g.Open || g.Prestart) {
+		if g.JobName != "" && g.JobState == JobMissing && (g.Open || g.Prestart) {
 			out = append(out, g)
 		}
 	}
@@ -263,10 +270,10 @@ func startJobs(plan []*Group, terminating map[string]int32) []*Group {
 // a moment ago by startJobs, or started ahead of the group's turn) is armed with the group's
 // timeout once the opener opens the group, because the timeout counts from then. unarmed reports
 // whether a group's Job exists without a deadline.
-func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool, terminating map[string]int32) ([]*Group, error) {
+func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool) ([]*Group, error) {
 	var out []*Group
 	for _, g := range plan {
-		if g.JobName == "" || terminating[g.Name] > 0 || !g.Open || g.JobState != JobMissing && g.JobState != JobRunning || !unarmed(g) {
+		if g.JobName == "" || !g.Open || g.JobState != JobMissing && g.JobState != JobRunning || !unarmed(g) {
 			continue
 		}
 		open, err := gate.Open(g.Name)
@@ -313,8 +320,8 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		return true
 	}
 	// Every decision is made first (the opener is not safe for concurrent use), the calls after.
-	arm, err := armJobs(plan, gate, unarmed, td.Terminating)
-	starts := startJobs(plan, td.Terminating)
+	arm, err := armJobs(plan, gate, unarmed)
+	starts := startJobs(plan)
 	armStarted := make([]bool, len(starts))
 	for i, g := range starts {
 		if !g.Open || !gate.Read() {

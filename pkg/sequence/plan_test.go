@@ -162,8 +162,7 @@ func TestArmDeadline(t *testing.T) {
 }
 
 // TestStartAndArmJobs: a wait Job is created, unarmed, as soon as the cache shows its group open
-// or next; it is armed only when the opener's consistent read opens the group too, and never for
-// a group whose members are being deleted.
+// or next; it is armed only when the opener's consistent read opens the group too.
 func TestStartAndArmJobs(t *testing.T) {
 	members := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1), m("ui", 3, "shop", "ui", 1)}
 	cached := Plan("shop", members, nil, func(string, string) JobState { return JobMissing }, "wavegate-system")
@@ -174,30 +173,25 @@ func TestStartAndArmJobs(t *testing.T) {
 		}
 		return out
 	}
-	if diff := cmp.Diff([]string{"db", "web"}, names(startJobs(cached, nil))); diff != "" {
+	if diff := cmp.Diff([]string{"db", "web"}, names(startJobs(cached))); diff != "" {
 		t.Errorf("startJobs (-want +got):\n%s", diff)
-	}
-	if got := names(startJobs(cached, map[string]int32{"db": 1})); !cmp.Equal(got, []string{"web"}) {
-		t.Errorf("startJobs with db terminating = %v, want [web]", got)
 	}
 	exists := func(*Group) bool { return true }
 	for _, tc := range []struct {
-		name        string
-		fresh       map[string]bool
-		terminating map[string]int32
-		unarmed     func(*Group) bool
-		want        []string
+		name    string
+		fresh   map[string]bool
+		unarmed func(*Group) bool
+		want    []string
 	}{
-		{"the consistent read opens db", map[string]bool{"db": true}, nil, exists, []string{"db"}},
+		{"the consistent read opens db", map[string]bool{"db": true}, exists, []string{"db"}},
 		// A cache that has not seen an earlier group: the Job stays unarmed (deleteStaleJobs removes it).
-		{"the consistent read does not", map[string]bool{}, nil, exists, nil},
-		{"already armed", map[string]bool{"db": true}, nil, func(*Group) bool { return false }, nil},
-		{"terminating", map[string]bool{"db": true}, map[string]int32{"db": 1}, exists, nil},
+		{"the consistent read does not", map[string]bool{}, exists, nil},
+		{"already armed", map[string]bool{"db": true}, func(*Group) bool { return false }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reads := 0
 			gate := newOpener(cached, func() (map[string]bool, error) { reads++; return tc.fresh, nil })
-			got, err := armJobs(cached, gate, tc.unarmed, tc.terminating)
+			got, err := armJobs(cached, gate, tc.unarmed)
 			if err != nil {
 				t.Fatal(err)
 			}

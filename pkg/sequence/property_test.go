@@ -128,7 +128,7 @@ func (w *simWorld) reconcile(t *testing.T) {
 		}
 		return open, nil
 	})
-	for _, g := range startJobs(cachePlan, nil) {
+	for _, g := range startJobs(cachePlan) {
 		if _, exists := w.jobs[g.JobName]; exists {
 			continue // AlreadyExists: the cache had not seen it
 		}
@@ -138,7 +138,7 @@ func (w *simWorld) reconcile(t *testing.T) {
 	arm, _ := armJobs(cachePlan, gate, func(g *Group) bool {
 		_, exists := w.jobs[g.JobName]
 		return exists && !w.armed[g.JobName]
-	}, nil)
+	})
 	for _, g := range arm {
 		w.armed[g.JobName] = true
 	}

@@ -258,3 +258,39 @@ func twoGroups(t *testing.T, ns, policy string, first, second wavev1.GroupSpec) 
 	g.Expect(env.Client.Create(ctx, dep)).To(Succeed())
 	return p, sts, dep
 }
+
+// TestPrunedMemberDoesNotStallLaterGroups: one member of an earlier group is deleted while the
+// group stays (a ConfigMap dropped from Git and pruned). Teardown holds it while later groups
+// exist, and the group's revision no longer counts it: the group gets the wait Job of its new
+// revision and is released again, so a later group's upgrade still rolls out. (Without that Job the
+// group stayed unreleased for as long as the member was held, and every later group's new pods
+// stayed gated: for good, since the later groups are not going away.)
+func TestPrunedMemberDoesNotStallLaterGroups(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := installApp(t)
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: a.ns, Labels: member("database", 1)}}
+	g.Expect(env.Client.Create(ctx, settings)).To(Succeed())
+	eventuallyUngated(t, a.dbPod)
+	markStatefulSetReady(t, a.db)
+	eventuallyUngated(t, a.migPod)
+	markJobComplete(t, a.migrate)
+	eventuallyUngated(t, a.webPod)
+	markDeploymentReady(t, a.web)
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, a.ns).Status.Summary }).WithTimeout(timeout).
+		Should(Equal("database 2/2 Released, migrate 1/1 Released, web 1/1 Released"))
+
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(settings), settings)).To(Succeed())
+	g.Expect(settings.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+	g.Expect(env.Client.Delete(ctx, settings)).To(Succeed())
+
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.web), a.web)).To(Succeed())
+	a.web.Spec.Template.Spec.Containers[0].Image = "web:2"
+	g.Expect(env.Client.Update(ctx, a.web)).To(Succeed())
+	newWeb := podOf(t, a.web, a.web.Spec.Template, "pod-template-hash", "v2")
+	eventuallyUngated(t, newWeb)
+	g.Eventually(groupPhase(a.ns, "database")).WithTimeout(timeout).Should(Equal(wavev1.GroupReleased))
+	// Teardown still holds the pruned member while the later groups exist.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(settings), settings)).To(Succeed())
+	g.Expect(settings.DeletionTimestamp).NotTo(BeNil())
+}
