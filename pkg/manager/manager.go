@@ -277,7 +277,7 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 		case <-again:
 			again = nil
 		}
-		if !tracker.HasSynced() {
+		if !tracker.Discovered() {
 			continue // the first discovery is still running and will see it
 		}
 		if err := perms.Refresh(ctx); err != nil {

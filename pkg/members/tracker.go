@@ -123,6 +123,14 @@ type Tracker struct {
 	mu         sync.RWMutex
 	informers  map[informerKey]*tracked
 	kinds      map[schema.GroupVersionResource]Kind
+	// listed: a Refresh has completed since Start, or since the informers were dropped to re-list:
+	// the informer set is whole. Until then the tracker holds no members, or some.
+	listed bool
+	// discovered: the first Refresh since Start has completed.
+	discovered bool
+	// stale: a namespace came into scope and the informers have not re-listed it yet (its objects
+	// are cached as metadata only).
+	stale bool
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
@@ -130,8 +138,15 @@ func (t *Tracker) NeedLeaderElection() bool { return true }
 
 // Start discovers kinds and runs informers until ctx ends.
 func (t *Tracker) Start(ctx context.Context) error {
+	// The first Refresh lists every namespace as it is now: an opt-in heard before needs no re-list
+	// (one heard from now on may re-list once more).
+	select {
+	case <-t.signal(&t.rescope):
+	default:
+	}
 	t.mu.Lock()
 	t.informers = map[informerKey]*tracked{}
+	t.listed, t.discovered, t.stale = false, false, false
 	t.mu.Unlock()
 	for t.Ready != nil && !t.Ready() {
 		select {
@@ -143,6 +158,9 @@ func (t *Tracker) Start(ctx context.Context) error {
 	if err := t.Refresh(ctx); err != nil {
 		return err
 	}
+	t.mu.Lock()
+	t.discovered = true
+	t.mu.Unlock()
 	resync := t.Resync
 	if resync == 0 {
 		resync = 30 * time.Second
@@ -164,13 +182,9 @@ func (t *Tracker) Start(ctx context.Context) error {
 			}
 		case <-t.signal(&t.rescope):
 			// A namespace came into scope: its objects are cached as metadata only; re-list them.
-			t.mu.Lock()
-			for key, tr := range t.informers {
-				tr.cancel()
-				delete(t.informers, key)
-			}
-			t.mu.Unlock()
-			if err := t.Refresh(ctx); err != nil {
+			// The tracker has not synced until the new informers have (a failed re-list is retried
+			// at the next tick).
+			if err := t.refresh(ctx, true); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Re-listing members after a namespace opted in")
 			}
 		}
@@ -201,13 +215,33 @@ func poke(c chan struct{}) {
 func (t *Tracker) Relabel() { poke(t.signal(&t.relabel)) }
 
 // Rescope asks the tracker to re-list every member: a namespace came into scope. It does not block.
-func (t *Tracker) Rescope() { poke(t.signal(&t.rescope)) }
+// The tracker has not synced from now until the re-list has.
+func (t *Tracker) Rescope() {
+	t.mu.Lock()
+	t.stale = true
+	t.mu.Unlock()
+	poke(t.signal(&t.rescope))
+}
 
 // Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
 // policy group labels get informers, vanished ones are stopped. It waits for new informers to sync.
 func (t *Tracker) Refresh(ctx context.Context) error {
+	return t.refresh(ctx, false)
+}
+
+// refresh is Refresh; relist first stops every informer, so that all of them list again.
+func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 	t.refreshing.Lock()
 	defer t.refreshing.Unlock()
+	if relist {
+		t.mu.Lock()
+		for key, tr := range t.informers {
+			tr.cancel()
+			delete(t.informers, key)
+		}
+		t.listed, t.stale = false, false
+		t.mu.Unlock()
+	}
 	kinds, err := t.discover()
 	if err != nil {
 		return err
@@ -243,6 +277,9 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), started...) {
 		return fmt.Errorf("member informers did not sync")
 	}
+	t.mu.Lock()
+	t.listed = true
+	t.mu.Unlock()
 	return nil
 }
 
@@ -378,11 +415,13 @@ func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind
 	return out, nil
 }
 
-// HasSynced reports whether every informer has synced.
+// HasSynced reports whether the tracker holds every member: a Refresh has added the informers of
+// every tracked kind and group label (since Start, or since a namespace came into scope) and each
+// has synced. Until then Members may miss some, or all.
 func (t *Tracker) HasSynced() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.informers == nil {
+	if !t.listed || t.stale {
 		return false
 	}
 	for _, tr := range t.informers {
@@ -391,6 +430,14 @@ func (t *Tracker) HasSynced() bool {
 		}
 	}
 	return true
+}
+
+// Discovered reports whether the tracker's first Refresh since Start has completed: from then on,
+// Refresh may be called from elsewhere (a new CRD).
+func (t *Tracker) Discovered() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.discovered
 }
 
 // Object is a tracked member with its kind.

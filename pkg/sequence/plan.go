@@ -58,8 +58,13 @@ const (
 	JobMissing JobState = iota
 	JobRunning
 	JobComplete
+	// JobFailed: its waiter found a member that failed for good.
 	JobFailed
+	// JobTimedOut: the group's timeout passed.
 	JobTimedOut
+	// JobWaiterFailed: its waiter kept failing (errors, crashes), past the Job's backoff limit;
+	// no member failed.
+	JobWaiterFailed
 )
 
 // Group is the plan for one group of a sequence.
@@ -165,6 +170,9 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 				}
 			case JobFailed:
 				g.Phase, g.Message = wavev1.GroupFailed, "a member failed; see the wait Job's logs"
+			case JobWaiterFailed:
+				g.Phase, g.Message = wavev1.GroupFailed, "the waiter kept failing, not a member; see the wait Job's logs and events, "+
+					"and delete the Job to start a new waiter"
 			default:
 				g.Phase, g.Message = wavev1.GroupWaiting, "waiting for its members to be ready"
 			}

@@ -85,6 +85,8 @@ func TestPlan(t *testing.T) {
 				{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupReleased, true, true, false}, {"web", wavev1.GroupWaiting, true, false, false}}},
 		"no waiter starts ahead of a failed group": {members: members, jobs: states(map[string]JobState{"db": JobFailed}), want: []phase{
 			{"db", wavev1.GroupFailed, true, false, false}, {"migrate", wavev1.GroupPending, false, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
+		"a waiter that kept failing blocks as a failed member does": {members: members, jobs: states(map[string]JobState{"db": JobWaiterFailed}), want: []phase{
+			{"db", wavev1.GroupFailed, true, false, false}, {"migrate", wavev1.GroupPending, false, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
 		"no waiter starts ahead of a timed-out group": {members: members, jobs: states(map[string]JobState{"db": JobComplete, "migrate": JobTimedOut}), want: []phase{
 			{"db", wavev1.GroupReleased, true, true, false}, {"migrate", wavev1.GroupTimedOut, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}},
 		"all released": {members: members, jobs: complete("db", "migrate", "web"), want: []phase{

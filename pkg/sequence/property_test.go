@@ -237,6 +237,8 @@ func (w *simWorld) waiter() {
 			w.jobs[name] = JobComplete
 		case w.armed[name] && w.rng.IntN(20) == 0: // only an armed Job has a deadline
 			w.jobs[name] = JobTimedOut
+		case w.rng.IntN(50) == 0: // its waiter kept failing, armed or not
+			w.jobs[name] = JobWaiterFailed
 		}
 	}
 }

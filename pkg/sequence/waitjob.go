@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -105,7 +106,13 @@ func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates 
 	}
 }
 
-// StateOf reads a wait Job's state from its conditions.
+// StateOf reads a wait Job's state from its conditions. The Job controller fails a wait Job with
+// reason DeadlineExceeded when the group's timeout (activeDeadlineSeconds) passes, PodFailurePolicy
+// when its waiter exits with waiter.ExitFailed (a member failed for good: the Job's FailJob rule),
+// and BackoffLimitExceeded when the waiter failed more than waiterBackoffLimit times otherwise
+// (errors, crashes, OOM kills, deleted pods; disruptions do not count). A Job made before wait
+// Jobs had a pod failure policy failed at the waiter's first failure of any kind, for a member as
+// the waiter's log says.
 func StateOf(j *batchv1.Job) JobState {
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
@@ -115,15 +122,47 @@ func StateOf(j *batchv1.Job) JobState {
 		case batchv1.JobComplete:
 			return JobComplete
 		case batchv1.JobFailed:
-			// The Job's activeDeadlineSeconds is the group's timeout: the Job controller then fails
-			// it with DeadlineExceeded. Any other failure is a member that failed for good.
-			if c.Reason == batchv1.JobReasonDeadlineExceeded {
+			switch {
+			case c.Reason == batchv1.JobReasonDeadlineExceeded:
 				return JobTimedOut
+			case c.Reason == batchv1.JobReasonPodFailurePolicy, j.Spec.PodFailurePolicy == nil:
+				return JobFailed
+			default:
+				return JobWaiterFailed
 			}
-			return JobFailed
 		}
 	}
 	return JobRunning
+}
+
+// WaiterContainer is the name of the waiter's container in a wait Job's pod.
+const WaiterContainer = "wait"
+
+// waiterBackoffLimit is how many times a wait Job's waiter may fail, other than for a member that
+// failed for good and other than by a disruption, before the Job fails (the Job controller's
+// default). The Job controller waits 10 s before the first retry, doubling: the Job fails some
+// ten minutes after the first failure, unless the group's timeout comes first.
+const waiterBackoffLimit = 6
+
+// waiterRequests are the waiter's resource requests: a pod without any is BestEffort, the first a
+// node under pressure evicts, and refused in a namespace whose ResourceQuota tracks requests.
+var waiterRequests = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("10m"),
+	corev1.ResourceMemory: resource.MustParse("32Mi"),
+}
+
+// waiterFailurePolicy decides what a failed waiter pod means to its Job: the waiter found a member
+// that failed for good (waiter.ExitFailed) fails the Job at once; a pod disrupted (evicted,
+// preempted, drained, its node gone) is replaced without counting; any other failure (an error,
+// a crash, an OOM kill, a pod deleted by hand) counts toward the backoff limit. The group's
+// timeout is the Job's activeDeadlineSeconds, counted from the Job's start whatever its pods do.
+func waiterFailurePolicy() *batchv1.PodFailurePolicy {
+	return &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+		{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+			ContainerName: ptr.To(WaiterContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{waiter.ExitFailed}}},
+		{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
+			{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
+	}}
 }
 
 // createJob creates the wait Job of a group's current revision, unarmed (armJob gives it the
@@ -220,18 +259,20 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 			Annotations: map[string]string{keys.ArgoCDSyncWaveAnnotation: strconv.Itoa(int(resolve.WaitJobWave(g.Order)))},
 		},
 		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](0),
-			Suspend:      ptr.To(true),
+			BackoffLimit:     ptr.To[int32](waiterBackoffLimit),
+			PodFailurePolicy: waiterFailurePolicy(),
+			Suspend:          ptr.To(true),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: g.Name, keys.WaitSequenceLabel: seq}},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: WaiterServiceAccount,
-					RestartPolicy:      corev1.RestartPolicyNever,
+					// A pod failure policy requires Never: each failure is a new pod.
+					RestartPolicy: corev1.RestartPolicyNever,
 					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 					Containers: []corev1.Container{{
-						Name: "wait", Image: r.Image, Args: args,
-						Resources: corev1.ResourceRequirements{},
+						Name: WaiterContainer, Image: r.Image, Args: args,
+						Resources: corev1.ResourceRequirements{Requests: waiterRequests.DeepCopy()},
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 					}},

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -309,5 +310,88 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 	}
 	if d := cmp.Diff(map[string]bool{"db": true, "web": false}, armedJobs); d != "" {
 		t.Errorf("wait Jobs armed (-want +got):\n%s", d)
+	}
+}
+
+// TestStateOf: a wait Job's failure reason tells a member that failed for good (the waiter's exit
+// code, through the Job's pod failure policy) from a timeout (the Job's deadline) and from a waiter
+// that kept failing (the backoff limit); a Job made before wait Jobs had a pod failure policy failed
+// at its waiter's first failure, of a member as its log says.
+func TestStateOf(t *testing.T) {
+	r := &Reconciler{Image: "wavegate:test"}
+	current := r.waitJob("shop", &Group{Name: "db", JobName: "wavegate-wait-db-0123456789", JobNamespace: "shop"})
+	legacy := current.DeepCopy()
+	legacy.Spec.PodFailurePolicy, legacy.Spec.BackoffLimit = nil, ptr.To[int32](0)
+	cond := func(typ batchv1.JobConditionType, status corev1.ConditionStatus, reason string) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: typ, Status: status, Reason: reason}
+	}
+	failed := func(reason string) []batchv1.JobCondition {
+		return []batchv1.JobCondition{cond(batchv1.JobFailureTarget, corev1.ConditionTrue, reason), cond(batchv1.JobFailed, corev1.ConditionTrue, reason)}
+	}
+	for _, tc := range []struct {
+		name  string
+		job   *batchv1.Job
+		conds []batchv1.JobCondition
+		want  JobState
+	}{
+		{"running", current, nil, JobRunning},
+		{"only the failure target so far", current, failed(batchv1.JobReasonPodFailurePolicy)[:1], JobRunning},
+		{"a Failed condition that is not true", current, []batchv1.JobCondition{cond(batchv1.JobFailed, corev1.ConditionFalse, batchv1.JobReasonPodFailurePolicy)}, JobRunning},
+		{"complete", current, []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, corev1.ConditionTrue, batchv1.JobReasonCompletionsReached),
+			cond(batchv1.JobComplete, corev1.ConditionTrue, batchv1.JobReasonCompletionsReached)}, JobComplete},
+		{"a member failed: the waiter's exit code", current, failed(batchv1.JobReasonPodFailurePolicy), JobFailed},
+		{"timed out", current, failed(batchv1.JobReasonDeadlineExceeded), JobTimedOut},
+		{"the waiter kept failing", current, failed(batchv1.JobReasonBackoffLimitExceeded), JobWaiterFailed},
+		{"failed for a reason wavegate does not know", current, failed("SomethingNew"), JobWaiterFailed},
+		{"a Job without a failure policy, failed", legacy, failed(batchv1.JobReasonBackoffLimitExceeded), JobFailed},
+		{"a Job without a failure policy, timed out", legacy, failed(batchv1.JobReasonDeadlineExceeded), JobTimedOut},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := tc.job.DeepCopy()
+			j.Status.Conditions = tc.conds
+			if got := StateOf(j); got != tc.want {
+				t.Errorf("StateOf = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestWaitJobRetriesItsWaiter: a wait Job fails at once when its waiter finds a member that failed
+// for good (its exit code), never for a disrupted pod (evicted, preempted, drained), and only after
+// a few other failures (an error, a crash, an OOM kill); its pod is not BestEffort.
+func TestWaitJobRetriesItsWaiter(t *testing.T) {
+	r := &Reconciler{Image: "wavegate:test"}
+	job := r.waitJob("shop", &Group{Name: "db", JobName: "wavegate-wait-db-0123456789", JobNamespace: "shop"})
+	type spec struct {
+		BackoffLimit     *int32
+		PodFailurePolicy *batchv1.PodFailurePolicy
+		RestartPolicy    corev1.RestartPolicy
+		Containers       []string
+		Requests         corev1.ResourceList
+	}
+	pod := job.Spec.Template.Spec
+	got := spec{BackoffLimit: job.Spec.BackoffLimit, PodFailurePolicy: job.Spec.PodFailurePolicy, RestartPolicy: pod.RestartPolicy,
+		Requests: pod.Containers[0].Resources.Requests}
+	for _, c := range pod.Containers {
+		got.Containers = append(got.Containers, c.Name)
+	}
+	want := spec{
+		BackoffLimit: ptr.To[int32](6),
+		PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+			{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+				ContainerName: ptr.To("wait"), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: []int32{3}}},
+			{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
+				{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}},
+		}},
+		// A pod failure policy requires it.
+		RestartPolicy: corev1.RestartPolicyNever,
+		Containers:    []string{"wait"},
+		Requests:      corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("the wait Job's failure handling (-want +got):\n%s", d)
+	}
+	if waiter.ExitFailed != 3 {
+		t.Errorf("the waiter exits %d for a member that failed: the FailJob rule must name it", waiter.ExitFailed)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"wavegate.io/wavegate/pkg/cmd"
 	"wavegate.io/wavegate/pkg/keys"
@@ -24,7 +26,8 @@ import (
 // WaitJobRunner plays kubelet and Job controller for wavegate's wait Jobs in an API server without
 // nodes: it runs each new wait Job's `wavegate wait` arguments in-process against the same API
 // server, then writes the Job's status from the exit code as the Job controller would: after its
-// batch period, and at once when the Job's deadline passed. There are no wait-Job pods, so the
+// batch period, and at once when the Job's deadline passed; a waiter that failed is run again
+// (at once) as the Job's pod failure policy and backoff limit say. There are no wait-Job pods, so the
 // manager acts on the Job's conditions; the release on the waiter pod's exit is proven on the
 // local cluster with the real kubelet stand-in and Job controller (test/e2e).
 type WaitJobRunner struct {
@@ -161,18 +164,40 @@ func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 			r.mu.Unlock()
 			cancel(nil)
 		}()
-		c := cmd.NewWaitCommand(func() (dynamic.Interface, error) { return r.dynamic, nil }, lockedBuffer{&r.mu, buf})
-		c.SetArgs(job.Spec.Template.Spec.Containers[0].Args[1:])
-		c.SilenceErrors, c.SilenceUsage = true, true
-		err := c.ExecuteContext(runCtx)
-		if ctx.Err() != nil {
-			return // the runner stopped: the Job stays running, as it would on a lost node
+		var code, failures int
+		var deadline bool
+		reason := batchv1.JobReasonBackoffLimitExceeded
+		for {
+			c := cmd.NewWaitCommand(func() (dynamic.Interface, error) { return r.dynamic, nil }, lockedBuffer{&r.mu, buf})
+			c.SetArgs(job.Spec.Template.Spec.Containers[0].Args[1:])
+			c.SilenceErrors, c.SilenceUsage = true, true
+			err := c.ExecuteContext(runCtx)
+			if ctx.Err() != nil {
+				return // the runner stopped: the Job stays running, as it would on a lost node
+			}
+			code = 0
+			if err != nil {
+				code = cmd.ExitCode(err)
+			}
+			deadline = errors.Is(context.Cause(runCtx), errDeadline)
+			if code == 0 || deadline {
+				break
+			}
+			// As the Job controller: the pod failure policy's first matching rule decides, else the
+			// failure counts toward the backoff limit. The runner retries at once (the Job
+			// controller waits 10 s, doubling).
+			action := failureAction(job, code)
+			if action == batchv1.PodFailurePolicyActionFailJob {
+				reason = batchv1.JobReasonPodFailurePolicy
+			}
+			if action != batchv1.PodFailurePolicyActionIgnore {
+				failures++
+			}
+			if action == batchv1.PodFailurePolicyActionFailJob || failures > int(ptr.Deref(job.Spec.BackoffLimit, 6)) {
+				break
+			}
+			fmt.Fprintf(lockedBuffer{&r.mu, buf}, "runner: the waiter exited %d; running it again\n", code)
 		}
-		code := 0
-		if err != nil {
-			code = cmd.ExitCode(err)
-		}
-		deadline := errors.Is(context.Cause(runCtx), errDeadline)
 		if !deadline {
 			// The Job controller batches the updates of a Job's pods: it syncs the Job up to a
 			// second after its pod finished (a deadline it acts on at once).
@@ -182,14 +207,38 @@ func (r *WaitJobRunner) start(ctx context.Context, job *batchv1.Job) {
 				return
 			}
 		}
-		if uerr := r.finish(ctx, job, started, code, deadline); uerr != nil {
+		if deadline {
+			reason = batchv1.JobReasonDeadlineExceeded
+		}
+		if uerr := r.finish(ctx, job, started, code, failures, reason); uerr != nil {
 			fmt.Fprintf(lockedBuffer{&r.mu, buf}, "runner: writing the Job status: %v\n", uerr)
 		}
 	}()
 }
 
-// finish writes the status the Job controller would write.
-func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started metav1.Time, code int, deadline bool) error {
+// failureAction is what a Job's pod failure policy says of a waiter that exited with code: the
+// action of the first rule on the waiter's exit codes that matches (there are no disruptions
+// here), else Count.
+func failureAction(job *batchv1.Job, code int) batchv1.PodFailurePolicyAction {
+	if job.Spec.PodFailurePolicy == nil {
+		return batchv1.PodFailurePolicyActionCount
+	}
+	container := job.Spec.Template.Spec.Containers[0].Name
+	for _, rule := range job.Spec.PodFailurePolicy.Rules {
+		req := rule.OnExitCodes
+		if req == nil || req.ContainerName != nil && *req.ContainerName != container {
+			continue
+		}
+		if slices.Contains(req.Values, int32(code)) == (req.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn) {
+			return rule.Action
+		}
+	}
+	return batchv1.PodFailurePolicyActionCount
+}
+
+// finish writes the status the Job controller would write: complete when the waiter's last exit
+// code is 0, else failed with reason, after failures counted failures.
+func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started metav1.Time, code, failures int, reason string) error {
 	now := metav1.Now()
 	j, err := r.clients.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 	if err != nil {
@@ -203,11 +252,7 @@ func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started me
 		j.Status.Succeeded, j.Status.CompletionTime = 1, &now
 		j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
 	} else {
-		reason := batchv1.JobReasonBackoffLimitExceeded
-		if deadline {
-			reason = batchv1.JobReasonDeadlineExceeded
-		}
-		j.Status.Failed = 1
+		j.Status.Failed = int32(max(failures, 1))
 		j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, reason), cond(batchv1.JobFailed, reason)}
 	}
 	if _, err = r.clients.BatchV1().Jobs(job.Namespace).UpdateStatus(ctx, j, metav1.UpdateOptions{}); err != nil {

@@ -15,7 +15,8 @@ const (
 	GroupWaiting GroupPhase = "Waiting"
 	// GroupReleased: the wait Job of the group's current revision completed.
 	GroupReleased GroupPhase = "Released"
-	// GroupFailed: a member failed for good; later groups stay gated.
+	// GroupFailed: a member failed for good, or the group's waiter kept failing; later groups stay
+	// gated.
 	GroupFailed GroupPhase = "Failed"
 	// GroupTimedOut: the group was not ready within its timeout.
 	GroupTimedOut GroupPhase = "TimedOut"

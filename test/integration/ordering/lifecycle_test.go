@@ -122,6 +122,35 @@ func TestTimeoutBlocksLaterGroups(t *testing.T) {
 	eventuallyUngated(t, afterPod)
 }
 
+// TestFailedMemberFailsItsGroupAtOnce: a member that failed for good fails its group's wait Job at
+// once, through the Job's pod failure policy (the waiter's exit code), not after the retries a
+// waiter that failed otherwise gets; later groups stay gated.
+func TestFailedMemberFailsItsGroupAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "fails-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{{Name: "migrate-" + ns, Order: 1}, {Name: "web-" + ns, Order: 2}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	migrate := job(ns, "migrate", map[string]string{keys.GroupLabel: "migrate-" + ns})
+	g.Eventually(func() error { return env.Client.Create(ctx, migrate) }).WithTimeout(timeout).Should(Succeed())
+	web := deployment(ns, "web", map[string]string{keys.GroupLabel: "web-" + ns})
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	webPod := podOf(t, web, web.Spec.Template, "pod-template-hash", "w1")
+	markJobFailed(t, migrate)
+
+	g.Eventually(groupPhase(ns, "migrate-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupFailed))
+	expectGated(t, webPod)
+	seq := sequenceStatus(g, ns)
+	g.Expect(seq.Status.Groups[0].Message).To(HavePrefix("a member failed"))
+	jobNS, jobName, _ := strings.Cut(seq.Status.Groups[0].WaitJob, "/")
+	j := &batchv1.Job{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: jobNS, Name: jobName}, j)).To(Succeed())
+	g.Expect(j.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobFailed), HaveField("Reason", batchv1.JobReasonPodFailurePolicy))))
+	g.Expect(runner.Log(jobNS, jobName)).NotTo(ContainSubstring("running it again"), "the waiter ran once")
+}
+
 func TestRequiredGroupBlocksWhileItHasNoMembers(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()

@@ -177,6 +177,18 @@ func markJobComplete(t *testing.T, j *batchv1.Job) {
 	g.Expect(env.Client.Status().Update(context.Background(), j)).To(Succeed())
 }
 
+// markJobFailed writes a Job that failed for good, as the Job controller writes it.
+func markJobFailed(t *testing.T, j *batchv1.Job) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(j), j)).To(Succeed())
+	now := metav1.Now()
+	j.Status = batchv1.JobStatus{StartTime: &now, Failed: 1, Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: now},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonBackoffLimitExceeded, LastTransitionTime: now}}}
+	g.Expect(env.Client.Status().Update(context.Background(), j)).To(Succeed())
+}
+
 // markJobRunning writes a started Job: kstatus would call it Current; wavegate must not.
 func markJobRunning(t *testing.T, j *batchv1.Job) {
 	t.Helper()
