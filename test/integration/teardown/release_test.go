@@ -2,11 +2,13 @@ package teardown
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,4 +60,78 @@ func TestPolicyTurningTeardownOffReleasesFinalizers(t *testing.T) {
 	}).WithTimeout(timeout).ShouldNot(ContainElement(keys.TeardownFinalizer))
 	// And deletion is immediate.
 	g.Expect(env.Client.Delete(ctx, cm)).To(Succeed())
+}
+
+// TestLeavingTheGroupReleasesTheFinalizer: a member whose group label is removed (`kubectl label
+// deploy operator wavegate.io/group-`, an apply that drops it) loses wavegate's finalizer in that
+// same update, before or during its deletion, so its deletion completes although a later group
+// still has objects. The member tracker selects objects by their group labels and never sees such
+// an object again: without admission releasing it, it stayed Terminating forever.
+func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
+	unlabel := func(g Gomega, obj client.Object, label string) {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, label)
+		g.Expect(env.Client.Patch(context.Background(), obj, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+	}
+	t.Run("before its deletion", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx := context.Background()
+		a := install(t, namespace(t, true), 1, nil)
+		t.Cleanup(func() { a.unstick(t) })
+		g.Expect(finalizers(a)(g)).To(ContainElement(keys.TeardownFinalizer))
+
+		op := &appsv1.Deployment{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.operator), op)).To(Succeed())
+		unlabel(g, op, keys.GroupLabel)
+		g.Expect(op.Labels).NotTo(HaveKey(keys.GroupLabel))
+		g.Expect(op.Finalizers).NotTo(ContainElement(keys.TeardownFinalizer), "the update that removed the group label kept the finalizer")
+
+		// No longer a member: nothing holds it for the Widget of the later group.
+		g.Expect(env.Client.Delete(ctx, op)).To(Succeed())
+		g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+		g.Expect(a.widgetsLeft(g)).To(Equal(1))
+	})
+	t.Run("while it is held", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx := context.Background()
+		a := install(t, namespace(t, true), 1, nil)
+		t.Cleanup(func() { a.unstick(t) })
+		g.Expect(env.Client.Delete(ctx, a.operator)).To(Succeed())
+		op := &appsv1.Deployment{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(a.operator), op)).To(Succeed())
+		g.Expect(op.DeletionTimestamp).NotTo(BeNil())
+		g.Expect(op.Finalizers).To(ContainElement(keys.TeardownFinalizer), "held until the Widget is gone")
+
+		unlabel(g, op, keys.GroupLabel)
+		g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+		g.Expect(a.widgetsLeft(g)).To(Equal(1))
+	})
+	t.Run("a policy's group label", func(t *testing.T) {
+		// The policy's label has its own webhook entry (pkg/webhookconfig), which selects objects
+		// with that label: on an UPDATE the API server matches the old object too, so the entry
+		// sees the label's removal.
+		g := NewWithT(t)
+		ctx := context.Background()
+		ns := namespace(t, true)
+		const tier = "teardown.example.com/tier"
+		p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "tier-" + ns}, Spec: wavev1.WavePolicySpec{
+			GroupLabel: tier, Groups: []wavev1.GroupSpec{{Name: "db", Order: 1}}}}
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+		cm := func() *corev1.ConfigMap {
+			return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns, Labels: map[string]string{tier: "db"}}}
+		}
+		g.Eventually(func(g Gomega) []string { // once the label's entry and the policy are in place
+			c := cm()
+			g.Expect(env.Client.Create(ctx, c, client.DryRunAll)).To(Succeed())
+			return c.Finalizers
+		}).WithTimeout(timeout).Should(ContainElement(keys.TeardownFinalizer))
+		c := cm()
+		g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+		g.Expect(c.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+
+		unlabel(g, c, tier)
+		g.Expect(c.Finalizers).NotTo(ContainElement(keys.TeardownFinalizer), "the update that removed the policy's group label kept the finalizer")
+		g.Expect(env.Client.Delete(ctx, c)).To(Succeed())
+		g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c))).To(BeTrue(), "the deletion did not complete")
+	})
 }
