@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -134,4 +135,62 @@ func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
 		g.Expect(env.Client.Delete(ctx, c)).To(Succeed())
 		g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c))).To(BeTrue(), "the deletion did not complete")
 	})
+}
+
+// TestDroppingAPolicyGroupLabelReleasesTheFinalizer: when a policy stops naming its group label
+// (deleted, or naming another label), the objects grouped only by that label are no members any
+// more and lose wavegate's finalizer, a held one among them, although the member tracker stops
+// watching that label: nothing reaches admission for them any more (the label's webhook entry goes
+// too), so the tracker keeps the label's informers until the hold has released them.
+func TestDroppingAPolicyGroupLabelReleasesTheFinalizer(t *testing.T) {
+	for name, drop := range map[string]func(g Gomega, p *wavev1.WavePolicy){
+		"the policy is deleted": func(g Gomega, p *wavev1.WavePolicy) {
+			g.Expect(env.Client.Delete(context.Background(), p)).To(Succeed())
+		},
+		"the policy names another label": func(g Gomega, p *wavev1.WavePolicy) {
+			patch := fmt.Sprintf(`{"spec":{"groupLabel":%q}}`, "other."+p.Spec.GroupLabel)
+			g.Expect(env.Client.Patch(context.Background(), p, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			ns := namespace(t, true)
+			tier := "teardown.example.com/" + ns
+			p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "tier-" + ns}, Spec: wavev1.WavePolicySpec{
+				GroupLabel: tier, Groups: []wavev1.GroupSpec{{Name: "db", Order: 1}, {Name: "web", Order: 2}}}}
+			g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+			cm := func(name, group string) *corev1.ConfigMap {
+				return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{tier: group}}}
+			}
+			g.Eventually(func(g Gomega) []string { // once the label's entry and the policy are in place
+				c := cm("db", "db")
+				g.Expect(env.Client.Create(ctx, c, client.DryRunAll)).To(Succeed())
+				return c.Finalizers
+			}).WithTimeout(timeout).Should(ContainElement(keys.TeardownFinalizer))
+			db, web := cm("db", "db"), cm("web", "web")
+			for _, c := range []*corev1.ConfigMap{db, web} {
+				g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+				g.Expect(c.Finalizers).To(ContainElement(keys.TeardownFinalizer))
+			}
+			// db is held while web exists.
+			g.Expect(env.Client.Delete(ctx, db)).To(Succeed())
+			g.Consistently(func(g Gomega) []string {
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(db), db)).To(Succeed())
+				return db.Finalizers
+			}).WithTimeout(time.Second).Should(ContainElement(keys.TeardownFinalizer))
+
+			drop(g, p)
+			g.Eventually(func() bool {
+				return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(db), db))
+			}).WithTimeout(timeout).Should(BeTrue(), "the held ConfigMap stayed Terminating")
+			g.Eventually(func(g Gomega) []string {
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(web), web)).To(Succeed())
+				return web.Finalizers
+			}).WithTimeout(timeout).ShouldNot(ContainElement(keys.TeardownFinalizer))
+			g.Expect(env.Client.Delete(ctx, web)).To(Succeed())
+			g.Expect(apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(web), web))).To(BeTrue(), "the deletion did not complete")
+		})
+	}
 }
