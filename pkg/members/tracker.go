@@ -224,7 +224,10 @@ func (t *Tracker) Rescope() {
 }
 
 // Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
-// policy group labels get informers, vanished ones are stopped. It waits for new informers to sync.
+// policy group labels get informers, vanished ones are stopped; a label no policy names any more
+// keeps its informers while objects grouped only by it carry wavegate's teardown finalizer (their
+// sequences are woken for the hold to release them), and a later refresh stops them. It waits for
+// new informers to sync.
 func (t *Tracker) Refresh(ctx context.Context) error {
 	return t.refresh(ctx, false)
 }
@@ -234,8 +237,14 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 	t.refreshing.Lock()
 	defer t.refreshing.Unlock()
 	if relist {
+		// Informers of a label no policy names any more are kept: they only show objects to the
+		// hold for release, which their metadata is enough for, and a refresh would not restart them.
+		labelKeys := t.GroupLabels()
 		t.mu.Lock()
 		for key, tr := range t.informers {
+			if !slices.Contains(labelKeys, key.label) {
+				continue
+			}
 			tr.cancel()
 			delete(t.informers, key)
 		}
@@ -253,13 +262,31 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 			want[informerKey{k.GVR, l}] = k
 		}
 	}
+	served := map[schema.GroupVersionResource]bool{}
+	for _, k := range kinds {
+		served[k.GVR] = true
+	}
 	t.mu.Lock()
 	var started []cache.InformerSynced
+	var draining []string
 	for key, tr := range t.informers {
-		if _, ok := want[key]; !ok {
-			tr.cancel()
-			delete(t.informers, key)
+		if _, ok := want[key]; ok {
+			continue
 		}
+		if served[key.gvr] {
+			// The kind is still served, so no policy names this label any more. Objects grouped only
+			// by it that still carry wavegate's teardown finalizer would be shown to the hold by
+			// nothing once this informer stops (nor to admission: the label's webhook entry goes
+			// too), and a deleted one would stay Terminating forever. Keep it, and wake their
+			// sequences, until the hold has released them (their labels no longer name a group); a
+			// later refresh stops it.
+			if seqs := stranded(tr, labelKeys); len(seqs) > 0 {
+				draining = append(draining, seqs...)
+				continue
+			}
+		}
+		tr.cancel()
+		delete(t.informers, key)
 	}
 	for key, k := range want {
 		if _, ok := t.informers[key]; ok {
@@ -274,6 +301,12 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		t.kinds[k.GVR] = k
 	}
 	t.mu.Unlock()
+	if t.OnChange != nil {
+		slices.Sort(draining)
+		for _, seq := range slices.Compact(draining) {
+			t.OnChange(seq)
+		}
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), started...) {
 		return fmt.Errorf("member informers did not sync")
 	}
@@ -281,6 +314,22 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 	t.listed = true
 	t.mu.Unlock()
 	return nil
+}
+
+// stranded returns the sequences of the objects an informer holds that carry wavegate's teardown
+// finalizer but none of labelKeys: no other informer shows them to the hold.
+func stranded(tr *tracked, labelKeys []string) []string {
+	var out []string
+	for _, it := range tr.informer.GetStore().List() {
+		u, ok := it.(*unstructured.Unstructured)
+		if !ok || !slices.Contains(u.GetFinalizers(), keys.TeardownFinalizer) {
+			continue
+		}
+		if !slices.ContainsFunc(labelKeys, func(l string) bool { _, ok := u.GetLabels()[l]; return ok }) {
+			out = append(out, SequenceOf(u))
+		}
+	}
+	return out
 }
 
 // Selector selects the objects whose group the label carries. Objects with wavegate.io/group are

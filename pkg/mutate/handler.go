@@ -1,5 +1,6 @@
 // Package mutate is wavegate's mutating admission webhook. It stamps the derived waves and group
-// identity on group members. It is pure: it reads the compiled policies and namespaces from memory
+// identity on group members, and releases the teardown finalizer of a member that an update takes
+// out of its group. It is pure: it reads the compiled policies and namespaces from memory
 // (a namespace created a moment ago with one GET), writes nothing and never creates objects, so it
 // is safe under server-side dry-run.
 package mutate
@@ -71,11 +72,9 @@ var (
 )
 
 // Mutate returns the admission response for a decoded object: the patch operations that stamp the
-// derived waves, or a denial that names the field to fix. It is a pure function of its arguments.
+// derived waves (or remove the teardown finalizer of a member an UPDATE takes out of its group), or
+// a denial that names the field to fix. It is a pure function of its arguments.
 func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Response {
-	if obj.Deleting {
-		return admission.Allowed("being deleted")
-	}
 	if req.GroupKind == namespaceGroupKind {
 		return admission.Allowed("namespaces are not group members")
 	}
@@ -84,6 +83,19 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		return admission.Allowed("derived objects are not group members")
 	}
 	res, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, NamespaceLabels: req.NamespaceLabels, Labels: obj.Labels}, idx)
+	if res == nil && len(errs) == 0 {
+		// No group label (any more). An UPDATE that takes a member out of its group releases it, even
+		// while it is being deleted: nothing else would.
+		if ops := release(obj, req, idx); len(ops) > 0 {
+			return admission.Patched("", ops...).WithWarnings(fmt.Sprintf(
+				"metadata.finalizers: removed %s; the object carries no group label any more, so wavegate no longer orders its deletion",
+				keys.TeardownFinalizer))
+		}
+	}
+	if obj.Deleting {
+		// Never gated, annotated or finalized again.
+		return admission.Allowed("being deleted")
+	}
 	if len(errs) > 0 {
 		msg := errs.ToAggregate().Error()
 		if req.GroupKind == podGroupKind {
@@ -166,4 +178,29 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
+}
+
+// release returns the operations that remove wavegate's teardown finalizer from an object that an
+// UPDATE takes out of its group: its old labels named a group (validly or not), its new ones name
+// none. The member tracker selects objects by their group labels and never sees such an object
+// again, so the hold could never release it: it would stay Terminating forever once deleted. An
+// object whose old labels named no group either is left alone (an index that lags behind a new
+// policy's group label must not strip a finalizer), and so is a pod (pods never get it). Each
+// occurrence is tested and removed, the last first so that the indices hold; a second pass finds
+// none.
+func release(obj *partialObject, req Request, idx *policy.Index) []jsonpatch.Operation {
+	if req.OldLabels == nil || req.GroupKind == podGroupKind || !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) {
+		return nil
+	}
+	old, errs := resolve.Resolve(resolve.Object{Namespace: req.Namespace, NamespaceLabels: req.NamespaceLabels, Labels: req.OldLabels}, idx)
+	if old == nil && len(errs) == 0 {
+		return nil
+	}
+	var ops []jsonpatch.Operation
+	for i := len(obj.Finalizers) - 1; i >= 0; i-- {
+		if obj.Finalizers[i] == keys.TeardownFinalizer {
+			ops = append(ops, patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)
+		}
+	}
+	return ops
 }

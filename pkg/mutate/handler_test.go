@@ -493,3 +493,133 @@ func TestUpdatesRatchet(t *testing.T) {
 		t.Error("an update that introduces invalid labels was admitted")
 	}
 }
+
+// TestLeavingTheGroupReleasesTheFinalizer: an UPDATE that leaves a member with no group label
+// removes wavegate's finalizer (the member tracker selects objects by those labels and would never
+// see it again), also while the object is being deleted; labels that still name a group keep it.
+func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
+	const component = "app.kubernetes.io/component"
+	member := map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1", "app": "db"}
+	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: wavev1.WavePolicySpec{GroupLabel: component, Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}}}})
+	released := "metadata.finalizers: removed wavegate.io/ordered-teardown; the object carries no group label any more, " +
+		"so wavegate no longer orders its deletion"
+	object := func(labels map[string]string, deleting bool, finalizers ...string) metav1.ObjectMeta {
+		m := meta(labels, nil)
+		m.Finalizers = finalizers
+		if deleting {
+			now := metav1.Now()
+			m.DeletionTimestamp = &now
+		}
+		return m
+	}
+	cases := map[string]struct {
+		obj metav1.ObjectMeta
+		gk  schema.GroupKind
+		// old are the labels before the update; nil: a CREATE.
+		old          map[string]string
+		idx          *policy.Index
+		want         []string
+		wantWarnings []string
+	}{
+		"group label removed": {
+			obj: object(map[string]string{"app": "db"}, false, "other", keys.TeardownFinalizer), old: member,
+			want: []string{"other"}, wantWarnings: []string{released},
+		},
+		"group label removed while being deleted": {
+			obj: object(map[string]string{"app": "db"}, true, keys.TeardownFinalizer, "other"), old: member,
+			want: []string{"other"}, wantWarnings: []string{released},
+		},
+		"every label removed, the finalizer listed twice": {
+			obj: object(nil, false, keys.TeardownFinalizer, "other", keys.TeardownFinalizer), old: member,
+			want: []string{"other"}, wantWarnings: []string{released},
+		},
+		"old labels that no longer resolved": {
+			obj: object(nil, false, keys.TeardownFinalizer), old: map[string]string{keys.GroupLabel: "db"},
+			want: []string{}, wantWarnings: []string{released},
+		},
+		"the policy's group label removed": {
+			obj: object(nil, false, keys.TeardownFinalizer), old: map[string]string{component: "database"}, idx: idx,
+			want: []string{}, wantWarnings: []string{released},
+		},
+		"the update drops the finalizer itself": {
+			obj: object(nil, false, "other"), old: member,
+			want: []string{"other"},
+		},
+		"wavegate's label removed, the policy's label still names a group": {
+			obj: object(map[string]string{component: "database"}, false, keys.TeardownFinalizer),
+			old: map[string]string{keys.GroupLabel: "database", component: "database"}, idx: idx,
+			want: []string{keys.TeardownFinalizer},
+		},
+		"moved to another group": {
+			obj: object(map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "2"}, false, keys.TeardownFinalizer), old: member,
+			want: []string{keys.TeardownFinalizer},
+		},
+		"moved to another group while being deleted": {
+			obj: object(map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "2"}, true, keys.TeardownFinalizer), old: member,
+			want: []string{keys.TeardownFinalizer},
+		},
+		"unchanged labels": {
+			obj: object(member, true, keys.TeardownFinalizer), old: member,
+			want: []string{keys.TeardownFinalizer},
+		},
+		"not a member before either (a label this index does not know)": {
+			obj: object(nil, false, keys.TeardownFinalizer), old: map[string]string{component: "database"},
+			want: []string{keys.TeardownFinalizer},
+		},
+		"a create": {
+			obj:  object(nil, false, keys.TeardownFinalizer),
+			want: []string{keys.TeardownFinalizer},
+		},
+		"never on pods": {
+			obj: object(nil, false, keys.TeardownFinalizer), gk: podGK, old: member,
+			want: []string{keys.TeardownFinalizer},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			gk := tc.gk
+			if gk.Empty() {
+				gk = configMapGK
+			}
+			raw, err := json.Marshal(&unstructuredLike{APIVersion: "v1", Kind: gk.Kind, Metadata: tc.obj})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{GroupKind: gk, Resource: schema.GroupResource{Resource: strings.ToLower(gk.Kind) + "s"}, Namespace: "shop",
+				Permissions: allow(true), Create: tc.old == nil, OldLabels: tc.old}
+			resp := Mutate(parse(t, raw, gk), req, tc.idx)
+			if !resp.Allowed {
+				t.Fatalf("denied: %v", resp.Result)
+			}
+			out := raw
+			if len(resp.Patches) > 0 {
+				patch, _ := json.Marshal(resp.Patches)
+				p, err := jsonpatch.DecodePatch(patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err = p.Apply(raw); err != nil {
+					t.Fatalf("applying %s: %v", patch, err)
+				}
+			}
+			o := parse(t, out, gk)
+			want := tc.want
+			if len(want) == 0 {
+				want = nil // an emptied list is still present, but holds nothing
+			}
+			if diff := cmp.Diff(want, o.Finalizers); diff != "" {
+				t.Errorf("finalizers (-want,+got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWarnings, resp.Warnings); diff != "" {
+				t.Errorf("warnings (-want,+got):\n%s", diff)
+			}
+			// Idempotent: a second pass over the result touches the finalizers no more.
+			for _, op := range Mutate(o, req, tc.idx).Patches {
+				if strings.HasPrefix(op.Path, "/metadata/finalizers") {
+					t.Errorf("second pass patched the finalizers again: %+v", op)
+				}
+			}
+		})
+	}
+}
