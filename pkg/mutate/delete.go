@@ -50,7 +50,8 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) (types.U
 	idx := s.Policies.Index()
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
 	foreground := string(req.GetStringBytes("options", "propagationPolicy")) == string(metav1.DeletePropagationForeground)
-	if idx == nil || !teardown.Relevant(resource, foreground) {
+	user := string(req.GetStringBytes("userInfo", "username"))
+	if idx == nil || !teardown.Relevant(resource, foreground, user) {
 		return uid, admission.Allowed("")
 	}
 	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
@@ -60,7 +61,7 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) (types.U
 	}
 	msg := s.Check.Refuse(ctx, idx, teardown.Deletion{
 		Namespace: string(req.GetStringBytes("namespace")), Resource: resource, Kind: gk.Kind, Foreground: foreground,
-		User: string(req.GetStringBytes("userInfo", "username")), Labels: obj.Labels, Deleting: obj.Deleting,
+		User: user, Labels: obj.Labels, Deleting: obj.Deleting,
 		ControllerKind: obj.ControllerKind, ControllerName: obj.ControllerName,
 	})
 	if msg == "" {

@@ -13,13 +13,30 @@ import (
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
-type laterGroups map[string]int32 // sequence -> objects of groups after order 1
+// laterGroups: in each sequence, group instances (order 2, of the given resources: Widgets by
+// default) has the given number of objects.
+type laterGroups struct {
+	objects   map[string]int32
+	resources []string
+}
 
 func (l laterGroups) Later(seq string, order int32) ([]string, int32, []string, bool) {
-	if order >= 2 || l[seq] == 0 {
+	if order >= 2 || l.objects[seq] == 0 {
 		return nil, 0, nil, true
 	}
-	return []string{"instances"}, l[seq], []string{"example.com/v1/widgets"}, true
+	resources := l.resources
+	if resources == nil {
+		resources = []string{"example.com/v1/widgets"}
+	}
+	return []string{"instances"}, l.objects[seq], resources, true
+}
+
+// Spanning: a sequence named after the namespace spans groups 1 and 2 while later objects remain.
+func (l laterGroups) Spanning(ns string) []teardown.Span {
+	if l.objects[ns] == 0 {
+		return nil
+	}
+	return []teardown.Span{{Sequence: ns, Earliest: 1}}
 }
 
 type terminating map[string]bool
@@ -40,17 +57,22 @@ func TestDeleteCheck(t *testing.T) {
 			`"ownerReferences":[{"apiVersion":"apps/v1","kind":"DaemonSet","name":"op","uid":"u1","controller":true}]}}`
 		jobPod = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"},` +
 			`"ownerReferences":[{"apiVersion":"batch/v1","kind":"Job","name":"op","uid":"u1","controller":true}]}}`
-		barePod        = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}}}`
-		operatorRS     = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"op","uid":"u0","controller":true}]}}`
-		lastGroupPod   = `{"metadata":{"labels":{"wavegate.io/group":"web","wavegate.io/group-order":"2"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"w","uid":"u2","controller":true}]}}`
-		operatorDeploy = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}}}`
-		namespaceCtrl  = "system:serviceaccount:kube-system:namespace-controller"
-		kubelet        = "system:node:node-0"
-		replicasetCtrl = "system:serviceaccount:kube-system:replicaset-controller"
+		barePod              = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}}}`
+		operatorRS           = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"op","uid":"u0","controller":true}]}}`
+		lastGroupPod         = `{"metadata":{"labels":{"wavegate.io/group":"web","wavegate.io/group-order":"2"},"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"w","uid":"u2","controller":true}]}}`
+		operatorDeploy       = `{"metadata":{"labels":{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}}}`
+		lastGroupDeploy      = `{"metadata":{"labels":{"wavegate.io/group":"web","wavegate.io/group-order":"2"}}}`
+		ungrouped            = `{"metadata":{"labels":{"app":"op"}}}`
+		terminatingUngrouped = `{"metadata":{"deletionTimestamp":"2026-01-01T00:00:00Z"}}`
+		namespaceCtrl        = "system:serviceaccount:kube-system:namespace-controller"
+		kubelet              = "system:node:node-0"
+		replicasetCtrl       = "system:serviceaccount:kube-system:replicaset-controller"
 	)
 	pods := [2]string{"", "pods"}
 	rss := [2]string{"apps", "replicasets"}
 	deployments := [2]string{"apps", "deployments"}
+	serviceAccounts := [2]string{"", "serviceaccounts"}
+	leases := [2]string{"coordination.k8s.io", "leases"}
 	cases := map[string]struct {
 		resource    [2]string
 		object      string
@@ -59,28 +81,48 @@ func TestDeleteCheck(t *testing.T) {
 		nsDeleting  bool
 		later       int32
 		wantDenied  bool
+		// laterResources are the later group's kinds (Widgets when nil).
+		laterResources []string
 	}{
-		"namespace deletion: the held operator's pod keeps running":        {pods, operatorPod, namespaceCtrl, "Background", true, 2, true},
-		"namespace deletion: its ReplicaSet too":                           {rss, operatorRS, namespaceCtrl, "Background", true, 2, true},
-		"namespace deletion: a StatefulSet's pod":                          {pods, statefulPod, namespaceCtrl, "Background", true, 2, true},
-		"namespace deletion: a DaemonSet's pod":                            {pods, daemonPod, namespaceCtrl, "Background", true, 2, true},
-		"namespace deletion by another client is the same":                 {pods, operatorPod, "alice", "", true, 2, true},
-		"namespace deletion: later groups gone":                            {pods, operatorPod, namespaceCtrl, "Background", true, 0, false},
-		"namespace deletion: the last group is not held":                   {pods, lastGroupPod, namespaceCtrl, "Background", true, 2, false},
-		"namespace deletion: a Job's pod is not held":                      {pods, jobPod, namespaceCtrl, "Background", true, 2, false},
-		"namespace deletion: a bare pod is not held":                       {pods, barePod, namespaceCtrl, "Background", true, 2, false},
-		"namespace deletion: the workload itself (its finalizer holds it)": {deployments, operatorDeploy, namespaceCtrl, "Background", true, 2, false},
-		"the kubelet is never refused":                                     {pods, operatorPod, kubelet, "", true, 2, false},
-		"a terminating pod is never refused":                               {pods, terminatingPod, namespaceCtrl, "Background", true, 2, false},
-		"a rollout outside namespace deletion":                             {pods, operatorPod, replicasetCtrl, "Background", false, 2, false},
-		"a ReplicaSet outside namespace deletion":                          {rss, operatorRS, "alice", "Background", false, 2, false},
-		"foreground deletion of a member while later groups remain":        {deployments, operatorDeploy, "alice", "Foreground", false, 2, true},
-		"foreground deletion once later groups are gone":                   {deployments, operatorDeploy, "alice", "Foreground", false, 0, false},
-		"background deletion of a member":                                  {deployments, operatorDeploy, "alice", "Background", false, 2, false},
+		"namespace deletion: the held operator's pod keeps running":        {pods, operatorPod, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace deletion: its ReplicaSet too":                           {rss, operatorRS, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace deletion: a StatefulSet's pod":                          {pods, statefulPod, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace deletion: a DaemonSet's pod":                            {pods, daemonPod, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace deletion by another client is the same":                 {pods, operatorPod, "alice", "", true, 2, true, nil},
+		"namespace deletion: later groups gone":                            {pods, operatorPod, namespaceCtrl, "Background", true, 0, false, nil},
+		"namespace deletion: the last group is not held":                   {pods, lastGroupPod, namespaceCtrl, "Background", true, 2, false, nil},
+		"another client, namespace deleting: a Job's pod is not held":      {pods, jobPod, "alice", "Background", true, 2, false, nil},
+		"another client, namespace deleting: a bare pod is not held":       {pods, barePod, "alice", "Background", true, 2, false, nil},
+		"another client, namespace deleting: the workload (its finalizer)": {deployments, operatorDeploy, "alice", "Background", true, 2, false, nil},
+		// The namespace controller's sweep keeps everything an earlier group may need.
+		"namespace controller: a held group's Job pod":               {pods, jobPod, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace controller: a held group's bare pod":              {pods, barePod, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace controller: the held workload itself":             {deployments, operatorDeploy, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace controller: a ServiceAccount without a group":     {serviceAccounts, ungrouped, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace controller: a Lease without a group":              {leases, ungrouped, namespaceCtrl, "Background", true, 2, true, nil},
+		"namespace controller: without a group, later groups gone":   {serviceAccounts, ungrouped, namespaceCtrl, "Background", true, 0, false, nil},
+		"namespace controller: a terminating object without a group": {serviceAccounts, terminatingUngrouped, namespaceCtrl, "Background", true, 2, false, nil},
+		"another client deletes a ServiceAccount without a group":    {serviceAccounts, ungrouped, "alice", "Background", true, 2, false, nil},
+		"namespace controller: the last group's member":              {deployments, lastGroupDeploy, namespaceCtrl, "Background", true, 2, false, nil},
+		// One collection per kind, deleted in list order up to the first refusal: holding an object
+		// of a kind the later groups have too would hold them, and the namespace, for good.
+		"namespace controller: a held workload whose kind a later group has too": {deployments, operatorDeploy, namespaceCtrl, "Background", true, 2, false,
+			[]string{"apps/v1/deployments"}},
+		"namespace controller: without a group, of a kind a later group has too": {serviceAccounts, ungrouped, namespaceCtrl, "Background", true, 2, false,
+			[]string{"example.com/v1/widgets", "v1/serviceaccounts"}},
+		"namespace controller: the held operator's pod, whatever the later kinds": {pods, operatorPod, namespaceCtrl, "Background", true, 2, true,
+			[]string{"v1/pods"}},
+		"the kubelet is never refused":                              {pods, operatorPod, kubelet, "", true, 2, false, nil},
+		"a terminating pod is never refused":                        {pods, terminatingPod, namespaceCtrl, "Background", true, 2, false, nil},
+		"a rollout outside namespace deletion":                      {pods, operatorPod, replicasetCtrl, "Background", false, 2, false, nil},
+		"a ReplicaSet outside namespace deletion":                   {rss, operatorRS, "alice", "Background", false, 2, false, nil},
+		"foreground deletion of a member while later groups remain": {deployments, operatorDeploy, "alice", "Foreground", false, 2, true, nil},
+		"foreground deletion once later groups are gone":            {deployments, operatorDeploy, "alice", "Foreground", false, 0, false, nil},
+		"background deletion of a member":                           {deployments, operatorDeploy, "alice", "Background", false, 2, false, nil},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			s := &DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Check: &teardown.Check{Later: laterGroups{"shop": tc.later},
+			s := &DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Check: &teardown.Check{Later: laterGroups{map[string]int32{"shop": tc.later}, tc.laterResources},
 				Namespaces: terminating{"shop": tc.nsDeleting}}}
 			out := serveDelete(t, s, tc.resource, tc.object, tc.user, tc.propagation)
 			if out.Allowed == tc.wantDenied {
@@ -89,7 +131,8 @@ func TestDeleteCheck(t *testing.T) {
 			if tc.wantDenied && out.Result.Code != http.StatusConflict {
 				t.Errorf("code = %d, want 409 Conflict (retryable)", out.Result.Code)
 			}
-			if tc.wantDenied && tc.propagation != "Foreground" && !strings.Contains(out.Result.Message, `until group(s) instances of sequence "shop" are gone (2 objects remain)`) {
+			if tc.wantDenied && tc.propagation != "Foreground" && !strings.Contains(out.Result.Message, `until group(s) instances of sequence "shop" are gone (2 objects remain)`) &&
+				!strings.Contains(out.Result.Message, `with the earliest groups of sequence "shop", until group(s) instances are gone (2 objects remain)`) {
 				t.Errorf("message %q does not say what it waits for", out.Result.Message)
 			}
 		})
@@ -98,7 +141,7 @@ func TestDeleteCheck(t *testing.T) {
 
 func serveDelete(t *testing.T, s *DeleteServer, resource [2]string, object, user, propagation string) *admissionv1.AdmissionResponse {
 	t.Helper()
-	kind := map[string]string{"pods": "Pod", "replicasets": "ReplicaSet", "deployments": "Deployment"}[resource[1]]
+	kind := map[string]string{"pods": "Pod", "replicasets": "ReplicaSet", "deployments": "Deployment", "serviceaccounts": "ServiceAccount", "leases": "Lease"}[resource[1]]
 	opts := `{}`
 	if propagation != "" {
 		opts = `{"propagationPolicy":"` + propagation + `"}`

@@ -29,6 +29,15 @@ type LaterGroups interface {
 	// Later returns the later groups (order above order) that still have objects, how many, and
 	// the resources of their objects; complete is false when some group does not list them.
 	Later(sequence string, order int32) (groups []string, remaining int32, resources []string, complete bool)
+	// Spanning returns the namespace's own sequences (its name, and <namespace>.<name>) whose
+	// objects are in more than one group, each with the order of its earliest group.
+	Spanning(namespace string) []Span
+}
+
+// Span is a sequence whose objects are in more than one group, and its earliest group's order.
+type Span struct {
+	Sequence string
+	Earliest int32
 }
 
 // NamespaceSource reads namespaces from the manager's cache (a namespace the cache has not seen yet
@@ -65,7 +74,22 @@ type Deletion struct {
 //   - in a namespace that is being deleted, the DELETE of a running pod (or ReplicaSet) of a
 //     workload whose group is held: the namespace controller deletes every pod and ReplicaSet of
 //     the namespace directly, so the finalizer that keeps the Deployment object would not keep the
-//     operator's process. The namespace controller retries with back-off (at most 60 s apart).
+//     operator's process. The namespace controller retries with back-off (at most 60 s apart);
+//   - the namespace controller's DELETE of anything else an earlier group may need while later
+//     groups still have objects: a held group's members of every kind, and the objects that belong
+//     to no group (the operator's ServiceAccount, RBAC, Lease, Service and EndpointSlices, most
+//     often unlabeled). A finalizer would keep such an object but mark it deleted, and that is
+//     already too late: the API server stops accepting the tokens of a ServiceAccount deleted more
+//     than a minute ago, and a deleted Lease or EndpointSlice cannot be created again in a
+//     terminating namespace (leader election is lost, a webhook has no endpoints). Objects without
+//     a group are counted in the namespace's own sequences with their earliest group: they go with
+//     it, once every later group is gone. The namespace controller deletes each kind as one
+//     collection, in list order, and stops at its first refusal, so an object of a kind that the
+//     later groups also have objects of is never held this way (that would hold them too, and the
+//     namespace for good). Only the namespace controller's requests are refused
+//     (kube-controller-manager with per-controller credentials, --use-service-account-credentials,
+//     as kubeadm and managed clusters run it): an operator's own deletions while it finalizes, and
+//     the garbage collector's, never are. Secrets and Events never reach wavegate.
 //
 // Background deletion elsewhere (kubectl's default, Helm, Flux) is never refused: the finalizer
 // orders it. The kubelet, eviction (its own subresource), node drain and rollouts are never
@@ -92,10 +116,11 @@ var heldWorkloads = map[schema.GroupResource]map[string]bool{
 }
 
 // Relevant reports whether a deletion of a resource may be refused at all: foreground deletions,
-// and pods and ReplicaSets (namespace deletion). Everything else is allowed without reading it.
-func Relevant(resource schema.GroupResource, foreground bool) bool {
+// pods and ReplicaSets (namespace deletion), and whatever the namespace controller deletes.
+// Everything else is allowed without reading it.
+func Relevant(resource schema.GroupResource, foreground bool, user string) bool {
 	_, held := heldWorkloads[resource]
-	return foreground || held
+	return foreground || held || user == keys.NamespaceControllerUser
 }
 
 // Ordered reports whether a member's deletion is ordered: the default, unless its policy turns
@@ -107,7 +132,8 @@ func Ordered(res *resolve.Resolution) bool {
 // Refuse returns why a deletion must wait, or "" when it may go ahead.
 func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) string {
 	owners, held := heldWorkloads[d.Resource]
-	if idx == nil || !d.Foreground && !held {
+	sweep := d.User == keys.NamespaceControllerUser && d.Namespace != "" && !d.Deleting
+	if idx == nil || !d.Foreground && !held && !sweep {
 		return ""
 	}
 	nsLabels, err := NamespaceLabels(c.Namespaces, idx, d.Namespace)
@@ -115,10 +141,13 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 		return "" // fail open
 	}
 	res, errs := resolve.Resolve(resolve.Object{Namespace: d.Namespace, NamespaceLabels: nsLabels, Labels: d.Labels}, idx)
+	if res == nil && len(errs) == 0 && sweep && !d.Foreground {
+		return c.refuseUngrouped(ctx, idx, d)
+	}
 	if res == nil || len(errs) > 0 || !Ordered(res) {
 		return ""
 	}
-	if held && !d.Foreground {
+	if held && !d.Foreground && !sweep {
 		// Only the namespace's own teardown is refused: not a rollout, not the kubelet, not a pod
 		// that is already terminating, not a deletion outside a terminating namespace.
 		// The namespace controller deletes only in terminating namespaces: its identity (where
@@ -128,33 +157,79 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 			return ""
 		}
 	}
-	groups, remaining, resources, complete := c.Later.Later(res.Sequence, res.GroupOrder)
+	groups, remaining, resources := c.later(ctx, idx, res.Sequence, res.GroupOrder)
 	if remaining == 0 {
 		return ""
 	}
-	if c.Metadata != nil && complete {
-		ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
-		defer cancel()
-		live, n, err := c.confirm(ctx, idx, res.Sequence, res.GroupOrder, resources)
-		switch {
-		case err != nil:
-			ctrl.LoggerFrom(ctx).Error(err, "Confirming the later groups on a consistent read; refusing as the Sequence status says",
-				"sequence", res.Sequence, "group", res.Group)
-		case n == 0:
-			return ""
-		default:
-			groups, remaining = live, n
-		}
+	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) {
+		// The namespace controller deletes each kind as one collection, in list order, and stops
+		// at the first refusal: holding this object would hold the later groups' objects of its
+		// kind listed after it, and with them the hold itself.
+		return ""
 	}
 	if d.Foreground {
 		return fmt.Sprintf("wavegate: group %q of sequence %q is deleted after group(s) %s (%d objects remain); a foreground deletion would stop "+
 			"its pods first. Retry once they are gone, or delete with --cascade=background (wavegate then holds it until they are gone)",
 			res.Group, res.Sequence, strings.Join(groups, ", "), remaining)
 	}
+	if !held || sweep && !owners[d.ControllerKind] {
+		return fmt.Sprintf("wavegate: namespace %s is being deleted; this %s of group %q stays until group(s) %s of sequence %q "+
+			"are gone (%d objects remain), so that its group can finalize them; the namespace's deletion retries by itself. "+
+			"See `kubectl get sequence`; `wavegate uninstall` stops all ordering",
+			d.Namespace, d.Kind, res.Group, strings.Join(groups, ", "), res.Sequence, remaining)
+	}
 	return fmt.Sprintf("wavegate: namespace %s is being deleted; this %s of group %q (%s %s) keeps running until group(s) %s of sequence %q "+
 		"are gone (%d objects remain), so that it can finalize them; the namespace's deletion retries by itself. "+
 		"See `kubectl get sequence`; `wavegate uninstall` stops all ordering",
 		d.Namespace, d.Kind, res.Group, d.ControllerKind, d.ControllerName, strings.Join(groups, ", "), res.Sequence, remaining)
+}
+
+// refuseUngrouped decides the namespace controller's deletion of an object that belongs to no
+// group: it stays while any of the namespace's own sequences has objects after its earliest group
+// (it goes with that group).
+func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion) string {
+	for _, sp := range c.Later.Spanning(d.Namespace) {
+		groups, remaining, resources := c.later(ctx, idx, sp.Sequence, sp.Earliest)
+		if remaining == 0 || sameResource(resources, d.Resource) {
+			// Nothing later, or the later groups' objects include this kind: refusing it would hold
+			// them too (one collection per kind, deleted in list order up to the first refusal).
+			continue
+		}
+		return fmt.Sprintf("wavegate: namespace %s is being deleted; this %s belongs to no group and stays, with the earliest groups of sequence %q, "+
+			"until group(s) %s are gone (%d objects remain): an earlier group (an operator, say) may need it to finalize them "+
+			"(its ServiceAccount, RBAC, Lease, Service). The namespace's deletion retries by itself. "+
+			"See `kubectl get sequence`; `wavegate uninstall` stops all ordering",
+			d.Namespace, d.Kind, sp.Sequence, strings.Join(groups, ", "), remaining)
+	}
+	return ""
+}
+
+// later returns the groups of a sequence after order that still have objects, and how many: as the
+// Sequence status says, confirmed on a consistent read when the status lists their resources.
+func (c *Check) later(ctx context.Context, idx *policy.Index, seq string, order int32) ([]string, int32, []string) {
+	groups, remaining, resources, complete := c.Later.Later(seq, order)
+	if remaining == 0 || c.Metadata == nil || !complete {
+		return groups, remaining, resources
+	}
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	live, n, err := c.confirm(ctx, idx, seq, order, resources)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Confirming the later groups on a consistent read; refusing as the Sequence status says",
+			"sequence", seq, "order", order)
+		return groups, remaining, resources
+	}
+	return live, n, resources
+}
+
+// sameResource reports whether resources (members.ResourceString) include the resource deleted.
+func sameResource(resources []string, gr schema.GroupResource) bool {
+	for _, r := range resources {
+		if gvr, err := members.ParseResource(r); err == nil && gvr.GroupResource() == gr {
+			return true
+		}
+	}
+	return false
 }
 
 // confirm counts, on a consistent read of the given resources, the objects of a sequence's groups

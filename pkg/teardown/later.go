@@ -2,6 +2,7 @@ package teardown
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -58,4 +59,24 @@ func (s *LaterStore) Later(seq string, order int32) (groups []string, remaining 
 	}
 	slices.Sort(resources)
 	return groups, remaining, slices.Compact(resources), complete
+}
+
+// Spanning returns the namespace's own sequences (its name, and <namespace>.<name>) whose objects
+// are in more than one group, as their Sequence status says, with their earliest group's order.
+func (s *LaterStore) Spanning(namespace string) []Span {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Span
+	for seq, groups := range s.groups {
+		if seq != namespace && !strings.HasPrefix(seq, namespace+".") || len(groups) < 2 {
+			continue
+		}
+		earliest := groups[0].order
+		for _, g := range groups[1:] {
+			earliest = min(earliest, g.order)
+		}
+		out = append(out, Span{Sequence: seq, Earliest: earliest})
+	}
+	slices.SortFunc(out, func(a, b Span) int { return strings.Compare(a.Sequence, b.Sequence) })
+	return out
 }

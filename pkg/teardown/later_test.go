@@ -1,6 +1,7 @@
 package teardown
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,5 +48,30 @@ func TestLaterStore(t *testing.T) {
 	s.Observe("shop", nil)
 	if g, n, _, _ := s.Later("shop", 0); len(g) != 0 || n != 0 {
 		t.Errorf("a deleted Sequence still reports %v (%d)", g, n)
+	}
+}
+
+func TestLaterStoreSpanning(t *testing.T) {
+	groups := func(orders ...int32) *wavev1.Sequence {
+		s := &wavev1.Sequence{}
+		for _, o := range orders {
+			s.Status.Groups = append(s.Status.Groups, wavev1.GroupStatus{Name: fmt.Sprint("g", o), Order: o, Members: 1})
+		}
+		return s
+	}
+	s := &LaterStore{}
+	s.Observe("shop", groups(2, 1, 3))
+	s.Observe("shop.db", groups(5, 4))
+	s.Observe("shop.single", groups(1))
+	s.Observe("shopping", groups(1, 2)) // another namespace, whose name starts alike
+	s.Observe("platform", groups(1, 2)) // shared: not the namespace's own
+	s.Observe("shop.emptied", &wavev1.Sequence{Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{
+		{Name: "a", Order: 1, Members: 1}, {Name: "b", Order: 2}}}})
+	want := []Span{{Sequence: "shop", Earliest: 1}, {Sequence: "shop.db", Earliest: 4}}
+	if diff := cmp.Diff(want, s.Spanning("shop")); diff != "" {
+		t.Errorf("Spanning(shop) (-want +got):\n%s", diff)
+	}
+	if got := s.Spanning("other"); got != nil {
+		t.Errorf("Spanning(other) = %v, want none", got)
 	}
 }

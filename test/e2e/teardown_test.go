@@ -39,6 +39,8 @@ func operatorApp(ns, shape string, n int) string {
 kind: Namespace
 metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
 ---
+%[4]s
+---
 apiVersion: apps/v1
 kind: %[2]s
 metadata:
@@ -50,8 +52,9 @@ spec:
   template:
     metadata: {labels: {app: widget-operator}}
     spec:
+      serviceAccountName: widget-operator
       containers: [{name: operator, image: example.com/widget-operator:1}]
-`, ns, shape, operatorShapes[shape])
+`, ns, shape, operatorShapes[shape], operatorAccess(ns))
 	for i := range n {
 		fmt.Fprintf(&b, `---
 apiVersion: example.com/v1
@@ -64,6 +67,36 @@ metadata:
 `, i, ns)
 	}
 	return b.String()
+}
+
+// operatorAccess is the operator's ServiceAccount and RBAC in namespace ns, in its group: the
+// stand-in operator writes with that ServiceAccount's token (its Lease it creates itself).
+func operatorAccess(ns string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: widget-operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: widget-operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+rules:
+- {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch, update, patch]}
+- {apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, create, update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: widget-operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: widget-operator}
+subjects: [{kind: ServiceAccount, name: widget-operator, namespace: %[1]s}]`, ns)
 }
 
 // applyYAML writes manifests to a file and applies them with kubectl.
@@ -136,7 +169,7 @@ func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 
 			base := ns + "-baseline"
 			applyYAML(t, operatorApp(base, shape, 0))
-			waitReleased(t, base, "operator 1/1 Released")
+			waitReleased(t, base, "operator 4/4 Released")
 			plain := deleteNamespaceTimed(t, base)
 			t.Logf("namespace deletion with an operator %s and 2 Widgets: %s; without Widgets: %s", shape, held.Round(100*time.Millisecond), plain.Round(100*time.Millisecond))
 			list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
@@ -144,6 +177,32 @@ func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 			g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
 		})
 	}
+}
+
+// TestNamespaceDeletionKeepsWhatTheOperatorNeeds: the operator's cleanup of a Widget takes 15 s, and
+// the operator works only while it holds its Lease (renewed within 10 s, as controller-runtime's
+// leader election) and is authorized with its ServiceAccount's token. The namespace controller
+// deletes everything at once, the Lease (made by the operator, in no group) included, and a
+// deleted Lease cannot be created again in a terminating namespace: unless wavegate keeps the
+// Lease, and the ServiceAccount and RBAC, until the Widgets are gone, the operator stops before it
+// is done and the namespace is stuck.
+func TestNamespaceDeletionKeepsWhatTheOperatorNeeds(t *testing.T) {
+	startWidgetOperator(t)
+	g := NewWithT(t)
+	ns := "td-lease"
+	app := strings.Replace(operatorApp(ns, "Deployment", 1), "  name: w0\n", "  name: w0\n  annotations: {example.com/cleanup-seconds: \"15\"}\n", 1)
+	g.Expect(app).To(ContainSubstring("cleanup-seconds"))
+	applyYAML(t, app)
+	waitReleased(t, ns, "instances 1/1 Released")
+	g.Eventually(func() error {
+		_, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "widget-operator", metav1.GetOptions{})
+		return err
+	}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "the operator holds no Lease")
+	took := deleteNamespaceTimed(t, ns)
+	t.Logf("namespace deletion with a 15 s Widget cleanup: %s", took.Round(100*time.Millisecond))
+	list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
 }
 
 // TestNamespaceAndCRDDeletedTogether: one `kubectl delete` of the namespace and the Widget CRD (group

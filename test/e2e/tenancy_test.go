@@ -149,6 +149,22 @@ spec:
     namespaceSelector: {matchLabels: {team: platform}}
 `)
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "wavepolicy", "platform").Run() })
+	// The operator in ops finalizes the Widgets of apps: a ClusterRole lets its ServiceAccount.
+	applyYAML(t, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: widget-operator-ops}
+rules:
+- {apiGroups: [example.com], resources: [widgets], verbs: [get, list, watch, update, patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: widget-operator-ops}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: widget-operator-ops}
+subjects: [{kind: ServiceAccount, name: widget-operator, namespace: ops}]
+`)
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "clusterrole,clusterrolebinding", "widget-operator-ops").Run()
+	})
 	ops := strings.ReplaceAll(operatorApp("ops", "Deployment", 0), `wavegate.io/enabled: "true"`, `wavegate.io/enabled: "true", team: platform`)
 	ops = strings.ReplaceAll(ops, `wavegate.io/group-order: "1"}`, `wavegate.io/group-order: "1", wavegate.io/sequence: platform}`)
 	var widgets strings.Builder
@@ -169,7 +185,7 @@ metadata:
 	g.Eventually(func() error {
 		return exec.Command(kubectl, "apply", "-f", writeTemp(t, ops), "-f", writeTemp(t, widgets.String())).Run()
 	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
-	waitReleased(t, "platform", "operator 1/1 Released, instances 2/2 Released")
+	waitReleased(t, "platform", "operator 4/4 Released, instances 2/2 Released")
 
 	start := time.Now()
 	out, err := exec.Command(kubectl, "delete", "namespace", "ops", "apps", "--wait=true", "--timeout=150s").CombinedOutput()

@@ -252,7 +252,9 @@ func runGC(ctx context.Context) {
 // namespace-controller service account, DeleteCollection with background propagation on *every*
 // namespaced resource, Pods and ReplicaSets included; on errors it retries with exponential
 // back-off; once nothing is left it finalizes the namespace.
-func deleteNamespace(t *testing.T, ns string) {
+// deleteNamespace deletes a namespace as the namespace controller does, and returns the refusals it
+// met, one per kind.
+func deleteNamespace(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
 	g := NewWithT(t)
@@ -268,6 +270,7 @@ func deleteNamespace(t *testing.T, ns string) {
 	backoff := 5 * time.Millisecond
 	deadline := time.Now().Add(timeout)
 	var remaining []string
+	refused := map[string]string{}
 	for time.Now().Before(deadline) {
 		failed, left := false, 0
 		remaining = remaining[:0]
@@ -279,6 +282,7 @@ func deleteNamespace(t *testing.T, ns string) {
 				metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}, metav1.ListOptions{})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
 				failed = true
+				refused[k.GVK.Kind] = err.Error()
 			}
 			if list, err := md.Resource(k.GVR).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {
 				left += len(list.Items)
@@ -293,7 +297,7 @@ func deleteNamespace(t *testing.T, ns string) {
 			n.Spec.Finalizers = nil
 			_, err := kubernetes.NewForConfigOrDie(env.Config).CoreV1().Namespaces().Finalize(ctx, n, metav1.UpdateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
-			return
+			return refused
 		}
 		if failed {
 			time.Sleep(backoff)
@@ -304,6 +308,7 @@ func deleteNamespace(t *testing.T, ns string) {
 		time.Sleep(200 * time.Millisecond) // content remains (finalizers): look again
 	}
 	t.Fatalf("namespace %s still has content after %s: %v", ns, timeout, remaining)
+	return nil
 }
 
 type app struct {

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
@@ -87,40 +86,21 @@ func TestBackgroundDeletionIsOrdered(t *testing.T) {
 // TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
 // collection at once, the operator's pods and ReplicaSet included. The strict operator works only
 // while its pod runs and is not terminating, so the Widgets are finalized only if wavegate keeps
-// the pod; the hold is explained on the cluster-scoped Sequence, since the namespace refuses Events.
+// the pod, and what the operator needs (its ServiceAccount, in no group here); the refusals say
+// what they wait for (the namespace controller reports them in the namespace's status).
 func TestNamespaceDeletion(t *testing.T) {
 	g := NewWithT(t)
-	ctx := context.Background()
 	a := install(t, namespace(t, true), 2, nil)
-	sawHold := make(chan string, 1)
-	go func() {
-		defer close(sawHold)
-		for range 400 {
-			s := &wavev1.Sequence{}
-			if env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s) == nil {
-				if c := meta.FindStatusCondition(s.Status.Conditions, teardown.ConditionHeld); c != nil && c.Status == metav1.ConditionTrue {
-					sawHold <- c.Message
-					return
-				}
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-	}()
-	deleteNamespace(t, a.ns)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: a.ns}} // in no group
+	g.Expect(env.Client.Create(context.Background(), sa)).To(Succeed())
+	refused := deleteNamespace(t, a.ns)
 	g.Expect(a.widgetsLeft(g)).To(BeZero())
 	g.Expect(a.operatorExists(g)).To(BeFalse())
-	g.Expect(<-sawHold).To(MatchRegexp(`^Deployment %s/operator \(group operator\) held until group instances is gone: \d objects remain$`, a.ns))
-	g.Eventually(func(g Gomega) []string {
-		var evs eventsv1.EventList
-		g.Expect(env.Client.List(ctx, &evs, client.MatchingFields{"regarding.name": a.ns})).To(Succeed())
-		var notes []string
-		for _, e := range evs.Items {
-			if e.Regarding.Kind == "Sequence" {
-				notes = append(notes, e.Reason+": "+e.Note)
-			}
-		}
-		return notes
-	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(teardown.ReasonTeardownHeld + ": Deployment " + a.ns + "/operator")))
+	// While the Widgets were there, the namespace controller's deletions of the operator's
+	// workload, its pod and its ServiceAccount were refused, saying what they wait for.
+	g.Expect(refused).To(HaveKeyWithValue("Deployment", MatchRegexp(`this Deployment of group "operator" stays until group\(s\) instances of sequence %q are gone`, a.ns)))
+	g.Expect(refused).To(HaveKeyWithValue("Pod", ContainSubstring(`keeps running until group(s) instances of sequence %q are gone`, a.ns)))
+	g.Expect(refused).To(HaveKeyWithValue("ServiceAccount", ContainSubstring("belongs to no group and stays, with the earliest groups of sequence %q", a.ns)))
 }
 
 // TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
@@ -159,6 +139,8 @@ type staleLater struct{}
 func (staleLater) Later(string, int32) ([]string, int32, []string, bool) {
 	return []string{"instances"}, 1, []string{members.ResourceString(widgets)}, true
 }
+
+func (staleLater) Spanning(string) []teardown.Span { return nil }
 
 type optedIn struct{}
 

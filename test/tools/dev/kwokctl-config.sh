@@ -2,7 +2,8 @@
 # Prints the kwokctl configuration of wavegate's local cluster: binary runtime from local paths
 # (nothing downloaded), everything on 127.0.0.1, kwok's controller playing 16 pod stages at once
 # (KWOK_POD_PARALLELISM; kwok's default of 4 makes the one fake node start a burst of a hundred
-# pods four at a time, where a real cluster's kubelets start them in parallel), and kwok's stock
+# pods four at a time, where a real cluster's kubelets start them in parallel), kube-controller-manager
+# with per-controller credentials (--use-service-account-credentials), and kwok's stock
 # node and pod stages with one change: wavegate's wait-Job pods, and pods labeled
 # dev.wavegate.io/exec=true (wait Jobs written by hand, in benchmarks that compare them with
 # wavegate's), are excluded from the pod stages, so that kwok never fakes their completion; the
@@ -28,6 +29,14 @@ options:
   kwokControllerBinary: ${bin}/kwok
   kubectlBinary: ${bin}/kubectl
   disableQPSLimits: true
+componentsPatches:
+# Each controller with its own ServiceAccount, as kubeadm and managed clusters run
+# kube-controller-manager: the namespace controller's deletions are then its own
+# (system:serviceaccount:kube-system:namespace-controller), which ordered teardown relies on.
+- name: kube-controller-manager
+  extraArgs:
+  - key: use-service-account-credentials
+    value: "true"
 ---
 # kwokctl writes this document as kwok's whole configuration, without kwok's defaults: every
 # option that has one is set here (the defaults but podPlayStageParallelism).
