@@ -31,8 +31,14 @@ import (
 const (
 	// PodSequenceIndex indexes cached pods by sequence.
 	PodSequenceIndex = keys.PodSequenceIndex
-	// WaiterServiceAccount runs wait Jobs.
+	// WaiterServiceAccount runs wait Jobs. The waiters' Roles and RoleBindings have its name, and
+	// so do the ClusterRole and ClusterRoleBinding of cluster-scoped members, which only the waiter
+	// of wavegate's own namespace is bound to.
 	WaiterServiceAccount = "wavegate-waiter"
+	// WaiterStorageClassesRole is the ClusterRole, and its ClusterRoleBinding, that let the waiters
+	// of claims, in any namespace, read StorageClasses: the one cluster-wide read a tenant's waiter
+	// gets.
+	WaiterStorageClassesRole = "wavegate-waiter-storageclasses"
 )
 
 // Event reasons.

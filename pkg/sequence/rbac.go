@@ -34,12 +34,14 @@ import (
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
-// The waiters' access has one name everywhere (WaiterServiceAccount): what the manager changes or
-// deletes is limited to it (creating cannot be limited by name).
+// The waiters' access has one name everywhere (WaiterServiceAccount), but for the cluster-wide
+// read of StorageClasses (WaiterStorageClassesRole): what the manager changes or deletes is limited
+// to them (creating cannot be limited by name).
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,resourceNames=wavegate-waiter,verbs=patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,resourceNames=wavegate-waiter,verbs=patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,resourceNames=wavegate-waiter,verbs=patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,resourceNames=wavegate-waiter;wavegate-waiter-storageclasses,verbs=patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 //
 // A write of a role's rules, or of a binding, is checked by the API server against the writer's own
@@ -55,15 +57,19 @@ import (
 
 // RBACReconciler provisions least-privilege access for wait Jobs: in every namespace that runs
 // wait Jobs a ServiceAccount; in every namespace whose objects they watch a Role allowing
-// get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and a
-// ClusterRole for cluster-scoped members. Every opted-in namespace has its ServiceAccount and its
-// Role (without rules while no wait Job needs any) and RoleBinding before its first wait Job. The
-// rest is derived from the wait Jobs themselves, and a tenant can create a Job that looks like
-// one: so a Job is provisioned only in wavegate's own namespace or in an opted-in namespace that
-// may join the Job's sequence, and only for members that
-// the sequence may hold (an opted-in namespace that may join it; a cluster-scoped kind, for a
-// shared sequence declared clusterScoped). Nothing a tenant writes grants access to another
-// namespace, or cluster-wide.
+// get/list/watch on exactly those kinds, bound to the ServiceAccounts that need it; and two
+// ClusterRoles. One (clusterMembers) reads the kinds of cluster-scoped members, for the waiter of
+// wavegate's own namespace alone: a group with a cluster-scoped member runs its wait Job there
+// (jobNamespace). The other (storageClasses) reads StorageClasses, for the waiters of claims,
+// which a claim's readiness depends on: the one cluster-wide read a tenant's waiter gets. Every
+// opted-in namespace has its ServiceAccount and its Role (without rules while no wait Job needs
+// any) and RoleBinding before its first wait Job. The rest is derived from the wait Jobs
+// themselves, and a tenant can create a Job that looks like one: so a Job is provisioned only in
+// wavegate's own namespace or in an opted-in namespace that may join the Job's sequence, and only
+// for members that the sequence may hold (an opted-in namespace that may join it; a cluster-scoped
+// kind, for a shared sequence declared clusterScoped, and only to a Job in wavegate's own
+// namespace, where no tenant creates Jobs). Nothing a tenant writes grants access to another
+// namespace, or cluster-wide but to StorageClasses.
 type RBACReconciler struct {
 	Client client.Client
 	// Policies declare the shared sequences (nil: every sequence is its namespace's own).
@@ -104,13 +110,44 @@ func (r *RBACReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// A waiter role is named by its key, which its binding shares: a namespace's Role (roleKey, also
+// the key of that namespace's ServiceAccount), or one of the two ClusterRoles.
+var (
+	// clusterMembers reads the kinds of cluster-scoped members, bound only to the waiter of
+	// wavegate's own namespace.
+	clusterMembers = client.ObjectKey{Name: WaiterServiceAccount}
+	// storageClasses reads StorageClasses, bound to the waiters of claims.
+	storageClasses = client.ObjectKey{Name: WaiterStorageClassesRole}
+)
+
+// storageClassesResource is what storageClasses grants: a claim's readiness depends on its
+// StorageClass's binding mode (WaitForFirstConsumer).
+const storageClassesResource = "storage.k8s.io/storageclasses"
+
+// roleKey is the key of namespace ns's waiter Role, RoleBinding and ServiceAccount.
+func roleKey(ns string) client.ObjectKey {
+	return client.ObjectKey{Namespace: ns, Name: WaiterServiceAccount}
+}
+
 type access struct {
-	rules    map[string]map[string]bool // namespace ("" = cluster) -> group -> resources
-	subjects map[string]map[string]bool // namespace ("" = cluster) -> job namespaces
+	rules    map[client.ObjectKey]map[string]bool // role -> "group/resource" it reads
+	subjects map[client.ObjectKey]map[string]bool // role -> namespaces whose waiter it is bound to
 	accounts map[string]bool
 	// jobs are, per namespace, the wait Jobs there, which their waiters mark ready
 	// (keys.WaiterReadyAnnotation): patch on exactly those names.
 	jobs map[string][]string
+}
+
+// grant binds role to the waiter of namespace jobNS and, unless gr is "", lets it read gr
+// ("group/resource").
+func (a access) grant(role client.ObjectKey, gr, jobNS string) {
+	if a.rules[role] == nil {
+		a.rules[role], a.subjects[role] = map[string]bool{}, map[string]bool{}
+	}
+	if gr != "" {
+		a.rules[role][gr] = true
+	}
+	a.subjects[role][jobNS] = true
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -134,12 +171,12 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	// tenant's waiters.
 	failed, gone := r.writeRoles(ctx, d.want)
 	provisioned := func(j *batchv1.Job) bool {
-		return !slices.ContainsFunc(d.needs[j], func(ns string) bool {
-			if gone[ns] {
+		return !slices.ContainsFunc(d.needs[j], func(role client.ObjectKey) bool {
+			if gone[role] {
 				return false // being deleted, and its wait Jobs with it: nothing to wait for
 			}
-			_, role := d.want.rules[ns]
-			return failed[ns] != nil || role && !r.bound(ctx, ns, j.Namespace)
+			_, wanted := d.want.rules[role]
+			return failed[role] != nil || wanted && !r.bound(ctx, role, j.Namespace)
 		})
 	}
 	applyErr := errors.Join(slices.Collect(maps.Values(failed))...)
@@ -156,11 +193,11 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // desiredAccess is the waiters' access that the wait Jobs and opted-in namespaces call for.
 type desiredAccess struct {
 	want access
-	// jobs are wavegate's wait Jobs, and needs, per Job, the namespaces whose access its waiter
-	// uses ("" = cluster-wide): its own (the ServiceAccount) and those of its members (Roles and
-	// RoleBindings).
+	// jobs are wavegate's wait Jobs, and needs, per Job, the roles (keys) its waiter uses: its own
+	// namespace's (with the ServiceAccount), those of its members' namespaces, and the
+	// ClusterRoles its members call for.
 	jobs  []*batchv1.Job
-	needs map[*batchv1.Job][]string
+	needs map[*batchv1.Job][]client.ObjectKey
 }
 
 // desired derives the access from the cache.
@@ -169,8 +206,9 @@ func (r *RBACReconciler) desired(ctx context.Context, idx *policy.Index, sc *sco
 	if err := r.Client.List(ctx, &jobs, client.MatchingLabels{keys.WaitJobLabel: "true"}); err != nil {
 		return nil, err
 	}
-	want := access{rules: map[string]map[string]bool{}, subjects: map[string]map[string]bool{}, accounts: map[string]bool{}, jobs: map[string][]string{}}
-	d := &desiredAccess{want: want, needs: map[*batchv1.Job][]string{}}
+	want := access{rules: map[client.ObjectKey]map[string]bool{}, subjects: map[client.ObjectKey]map[string]bool{},
+		accounts: map[string]bool{}, jobs: map[string][]string{}}
+	d := &desiredAccess{want: want, needs: map[*batchv1.Job][]client.ObjectKey{}}
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
 		if j.DeletionTimestamp != nil || len(j.Spec.Template.Spec.Containers) == 0 {
@@ -182,34 +220,24 @@ func (r *RBACReconciler) desired(ctx context.Context, idx *policy.Index, sc *sco
 		}
 		want.accounts[j.Namespace] = true
 		d.jobs = append(d.jobs, j)
-		d.needs[j] = append(d.needs[j], j.Namespace)
-		if want.rules[j.Namespace] == nil {
-			want.rules[j.Namespace] = map[string]bool{}
-			want.subjects[j.Namespace] = map[string]bool{}
-		}
-		want.subjects[j.Namespace][j.Namespace] = true
+		d.needs[j] = append(d.needs[j], roleKey(j.Namespace))
+		want.grant(roleKey(j.Namespace), "", j.Namespace)
 		want.jobs[j.Namespace] = append(want.jobs[j.Namespace], j.Name)
 		for _, m := range args.Members {
-			if !r.mayWatch(ctx, idx, sc, args.Sequence, m) {
-				ctrl.LoggerFrom(ctx).Info("Not granting a wait Job access to a member its sequence may not hold",
+			if !r.mayWatch(ctx, idx, sc, j, args.Sequence, m) {
+				ctrl.LoggerFrom(ctx).Info("Not granting a wait Job access to a member its sequence may not hold, or not from the Job's namespace",
 					"job", klog.KObj(j), "sequence", args.Sequence, "member", m.GVR.Resource+" "+m.Namespace+"/"+m.Name)
 				continue
 			}
-			d.needs[j] = append(d.needs[j], m.Namespace)
-			if want.rules[m.Namespace] == nil {
-				want.rules[m.Namespace] = map[string]bool{}
-				want.subjects[m.Namespace] = map[string]bool{}
+			role := roleKey(m.Namespace)
+			if m.Namespace == "" {
+				role = clusterMembers
 			}
-			want.rules[m.Namespace][m.GVR.Group+"/"+m.GVR.Resource] = true
-			want.subjects[m.Namespace][j.Namespace] = true
+			d.needs[j] = append(d.needs[j], role)
+			want.grant(role, m.GVR.Group+"/"+m.GVR.Resource, j.Namespace)
 			if m.GVR.Group == "" && m.GVR.Resource == "persistentvolumeclaims" {
-				// A claim's readiness depends on its StorageClass's binding mode (WaitForFirstConsumer).
-				if want.rules[""] == nil {
-					want.rules[""], want.subjects[""] = map[string]bool{}, map[string]bool{}
-				}
-				want.rules[""]["storage.k8s.io/storageclasses"] = true
-				want.subjects[""][j.Namespace] = true
-				d.needs[j] = append(d.needs[j], "")
+				d.needs[j] = append(d.needs[j], storageClasses)
+				want.grant(storageClasses, storageClassesResource, j.Namespace)
 			}
 		}
 	}
@@ -240,11 +268,7 @@ func (r *RBACReconciler) prepareOptedIn(ctx context.Context, sc *scope, want acc
 			continue
 		}
 		want.accounts[ns.Name] = true
-		if want.rules[ns.Name] == nil {
-			want.rules[ns.Name] = map[string]bool{}
-			want.subjects[ns.Name] = map[string]bool{}
-		}
-		want.subjects[ns.Name][ns.Name] = true
+		want.grant(roleKey(ns.Name), "", ns.Name)
 	}
 	return nil
 }
@@ -262,14 +286,17 @@ func (r *RBACReconciler) mayRun(ctx context.Context, idx *policy.Index, sc *scop
 	return sc.OptedIn(ctx, j.Namespace) && idx.MayJoin(seq, j.Namespace, sc.Labels(ctx, j.Namespace))
 }
 
-// mayWatch reports whether sequence seq may hold member m, so that its waiter may read it: a
-// namespaced member in an opted-in namespace that may join the sequence, a cluster-scoped one (a
-// kind the API server says is cluster-scoped) if the sequence is shared with clusterScoped.
-func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *scope, seq string, m waiter.Member) bool {
+// mayWatch reports whether the waiter of wait Job j, of sequence seq, may read member m: a
+// namespaced member in an opted-in namespace that may join the sequence; a cluster-scoped one (a
+// kind the API server says is cluster-scoped) if the sequence is shared with clusterScoped and j
+// runs in wavegate's own namespace. wavegate runs there every group with a cluster-scoped member
+// (jobNamespace), and no tenant creates Jobs there: a Job shaped like a wait Job that a tenant
+// creates in its own namespace, naming its clusterScoped sequence, reads no cluster-scoped kind.
+func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *scope, j *batchv1.Job, seq string, m waiter.Member) bool {
 	if m.Namespace != "" {
 		return sc.OptedIn(ctx, m.Namespace) && idx.MayJoin(seq, m.Namespace, sc.Labels(ctx, m.Namespace))
 	}
-	if !idx.MayJoin(seq, "", nil) {
+	if r.Namespace == "" || j.Namespace != r.Namespace || !idx.MayJoin(seq, "", nil) {
 		return false
 	}
 	gvk, err := r.Client.RESTMapper().KindFor(m.GVR)
@@ -359,23 +386,24 @@ func subjects(namespaces map[string]bool) []rbacv1.Subject {
 }
 
 // writeRoles writes the ServiceAccounts and roles want describes, side by side, and returns, by
-// namespace ("" = cluster-wide), what it could not write and which namespaces are being deleted
-// (nothing can be created there, and nothing needs to be).
-func (r *RBACReconciler) writeRoles(ctx context.Context, want access) (failed map[string]error, gone map[string]bool) {
+// role (a namespace's, with its ServiceAccount, or a ClusterRole), what it could not write and
+// which namespaces' are being deleted (nothing can be created there, and nothing needs to be).
+func (r *RBACReconciler) writeRoles(ctx context.Context, want access) (failed map[client.ObjectKey]error, gone map[client.ObjectKey]bool) {
 	w := newWrites(ctx)
 	for ns := range want.accounts {
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		w.upsert(r, ns, sa, func() { sa.Labels = managedLabels() })
+		w.upsert(r, roleKey(ns), sa, func() { sa.Labels = managedLabels() })
 	}
-	for ns, res := range want.rules {
-		rules := policyRules(res, want.jobs[ns])
-		if ns == "" {
-			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			w.upsert(r, ns, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
+	for key, res := range want.rules {
+		if key.Namespace == "" {
+			rules := policyRules(res, nil)
+			cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+			w.upsert(r, key, cr, func() { cr.Labels, cr.Rules = managedLabels(), rules })
 			continue
 		}
-		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		w.upsert(r, ns, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
+		rules := policyRules(res, want.jobs[key.Namespace])
+		ro := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		w.upsert(r, key, ro, func() { ro.Labels, ro.Rules = managedLabels(), rules })
 	}
 	return w.wait()
 }
@@ -384,23 +412,23 @@ func (r *RBACReconciler) writeRoles(ctx context.Context, want access) (failed ma
 // server checks a binding's role, which must exist; its creation brings this pass back).
 func (r *RBACReconciler) bind(ctx context.Context, want access) error {
 	w := newWrites(ctx)
-	for ns := range want.rules {
-		subs := subjects(want.subjects[ns])
-		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: WaiterServiceAccount}
-		if ns == "" {
-			if !r.cached(ctx, &rbacv1.ClusterRole{}, client.ObjectKey{Name: WaiterServiceAccount}) {
+	for key := range want.rules {
+		subs := subjects(want.subjects[key])
+		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: key.Name}
+		if key.Namespace == "" {
+			if !r.cached(ctx, &rbacv1.ClusterRole{}, key) {
 				continue
 			}
 			roleRef.Kind = "ClusterRole"
-			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount}}
-			w.upsert(r, ns, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs })
+			crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: key.Name}}
+			w.upsert(r, key, crb, func() { crb.Labels, crb.RoleRef, crb.Subjects = managedLabels(), roleRef, subs })
 			continue
 		}
-		if !r.cached(ctx, &rbacv1.Role{}, client.ObjectKey{Namespace: ns, Name: WaiterServiceAccount}) {
+		if !r.cached(ctx, &rbacv1.Role{}, key) {
 			continue
 		}
-		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: ns}}
-		w.upsert(r, ns, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace}}
+		w.upsert(r, key, rb, func() { rb.Labels, rb.RoleRef, rb.Subjects = managedLabels(), roleRef, subs })
 	}
 	failed, _ := w.wait()
 	return errors.Join(slices.Collect(maps.Values(failed))...)
@@ -410,56 +438,56 @@ func (r *RBACReconciler) cached(ctx context.Context, obj client.Object, key clie
 	return r.Client.Get(ctx, key, obj) == nil && obj.GetDeletionTimestamp() == nil
 }
 
-// bound reports whether the cache shows the binding of namespace ns ("" = cluster-wide) granting
-// its waiter role to the ServiceAccount of namespace jobNS.
-func (r *RBACReconciler) bound(ctx context.Context, ns, jobNS string) bool {
+// bound reports whether the cache shows the binding of a waiter role (its key: a namespace's
+// Role, or a ClusterRole) granting it to the ServiceAccount of namespace jobNS.
+func (r *RBACReconciler) bound(ctx context.Context, role client.ObjectKey, jobNS string) bool {
 	var ref rbacv1.RoleRef
 	var subs []rbacv1.Subject
-	if ns == "" {
+	if role.Namespace == "" {
 		crb := &rbacv1.ClusterRoleBinding{}
-		if !r.cached(ctx, crb, client.ObjectKey{Name: WaiterServiceAccount}) {
+		if !r.cached(ctx, crb, role) {
 			return false
 		}
 		ref, subs = crb.RoleRef, crb.Subjects
 	} else {
 		rb := &rbacv1.RoleBinding{}
-		if !r.cached(ctx, rb, client.ObjectKey{Namespace: ns, Name: WaiterServiceAccount}) {
+		if !r.cached(ctx, rb, role) {
 			return false
 		}
 		ref, subs = rb.RoleRef, rb.Subjects
 	}
-	return ref.Name == WaiterServiceAccount && slices.Contains(subs,
+	return ref.Name == role.Name && slices.Contains(subs,
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WaiterServiceAccount, Namespace: jobNS})
 }
 
-// writes runs upserts side by side and collects their outcome by namespace.
+// writes runs upserts side by side and collects their outcome by role (key).
 type writes struct {
 	ctx    context.Context
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	failed map[string]error
-	gone   map[string]bool
+	failed map[client.ObjectKey]error
+	gone   map[client.ObjectKey]bool
 }
 
 func newWrites(ctx context.Context) *writes {
-	return &writes{ctx: ctx, failed: map[string]error{}, gone: map[string]bool{}}
+	return &writes{ctx: ctx, failed: map[client.ObjectKey]error{}, gone: map[client.ObjectKey]bool{}}
 }
 
-func (w *writes) upsert(r *RBACReconciler, ns string, obj client.Object, mutate func()) {
+func (w *writes) upsert(r *RBACReconciler, role client.ObjectKey, obj client.Object, mutate func()) {
 	w.wg.Go(func() {
 		gone, err := r.upsert(w.ctx, obj, mutate)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if err != nil {
-			w.failed[ns] = errors.Join(w.failed[ns], err)
+			w.failed[role] = errors.Join(w.failed[role], err)
 		}
 		if gone {
-			w.gone[ns] = true
+			w.gone[role] = true
 		}
 	})
 }
 
-func (w *writes) wait() (map[string]error, map[string]bool) {
+func (w *writes) wait() (map[client.ObjectKey]error, map[client.ObjectKey]bool) {
 	w.wg.Wait()
 	return w.failed, w.gone
 }
@@ -504,28 +532,35 @@ func (r *RBACReconciler) prune(ctx context.Context, want access) error {
 			stale = append(stale, &sas.Items[i])
 		}
 	}
+	// A role and its binding share their key. Only what the cache shows is deleted: a blind DELETE
+	// of the cluster-wide objects would cost requests on every reconcile of a cluster that never
+	// needed them.
+	unwanted := func(o client.Object) bool {
+		_, ok := want.rules[client.ObjectKeyFromObject(o)]
+		return !ok
+	}
 	for i := range roles.Items {
-		if _, ok := want.rules[roles.Items[i].Namespace]; !ok {
+		if unwanted(&roles.Items[i]) {
 			stale = append(stale, &roles.Items[i])
 		}
 	}
 	for i := range bindings.Items {
-		if _, ok := want.rules[bindings.Items[i].Namespace]; !ok {
+		if unwanted(&bindings.Items[i]) {
 			stale = append(stale, &bindings.Items[i])
 		}
 	}
-	// Only what exists is deleted: a blind DELETE of the cluster-wide objects would cost two
-	// requests on every reconcile of a cluster that never needed them.
-	if _, ok := want.rules[""]; !ok {
-		for i := range clusterRoles.Items {
+	for i := range clusterRoles.Items {
+		if unwanted(&clusterRoles.Items[i]) {
 			stale = append(stale, &clusterRoles.Items[i])
 		}
-		for i := range clusterBindings.Items {
+	}
+	for i := range clusterBindings.Items {
+		if unwanted(&clusterBindings.Items[i]) {
 			stale = append(stale, &clusterBindings.Items[i])
 		}
 	}
 	for _, o := range stale {
-		if o.GetName() != WaiterServiceAccount {
+		if o.GetName() != WaiterServiceAccount && (o.GetNamespace() != "" || o.GetName() != WaiterStorageClassesRole) {
 			continue // the label on something wavegate did not create: not its to delete
 		}
 		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {

@@ -227,7 +227,8 @@ func (f fixedPolicies) Index() *policy.Index { return f.idx }
 // and shaped like a wait Job. Its waiter gets read access only to what its sequence may hold: not
 // to another tenant's namespace, not cluster-wide to a namespaced kind, nothing for a Job outside
 // an opted-in namespace or naming a sequence its namespace may not join; a shared sequence declared
-// clusterScoped gets cluster-scoped kinds.
+// clusterScoped gets cluster-scoped kinds, for its Job in wavegate's namespace (see
+// TestClusterWideAccessKeepsTenantsApart).
 func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	gvr := func(group, resource string) schema.GroupVersionResource {
 		return schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
@@ -437,5 +438,157 @@ func TestRulesWrittenWhileTheBindingIsInFlight(t *testing.T) {
 	}
 	if suspended() {
 		t.Error("the wait Job is still suspended although its access exists")
+	}
+}
+
+// clusterAccess is what the cluster-wide waiter access in c grants: per namespace, the kinds its
+// waiter's ServiceAccount may list cluster-wide (through every ClusterRoleBinding to it and the
+// ClusterRole it names, as the API server's authorizer would follow them), and the
+// ClusterRoles and ClusterRoleBindings there are.
+func clusterAccess(t *testing.T, c client.Client) (reads map[string][]string, objects []string) {
+	t.Helper()
+	ctx := context.Background()
+	var roles rbacv1.ClusterRoleList
+	var bindings rbacv1.ClusterRoleBindingList
+	for _, l := range []client.ObjectList{&roles, &bindings} {
+		if err := c.List(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := map[string][]rbacv1.PolicyRule{}
+	for _, ro := range roles.Items {
+		rules[ro.Name] = ro.Rules
+		objects = append(objects, "ClusterRole/"+ro.Name)
+	}
+	reads = map[string][]string{}
+	for _, b := range bindings.Items {
+		objects = append(objects, "ClusterRoleBinding/"+b.Name)
+		if b.RoleRef.Kind != "ClusterRole" {
+			continue
+		}
+		for _, s := range b.Subjects {
+			if s.Kind != rbacv1.ServiceAccountKind || s.Name != WaiterServiceAccount {
+				continue
+			}
+			for _, rule := range rules[b.RoleRef.Name] {
+				if slices.Contains(rule.Verbs, "list") {
+					reads[s.Namespace] = append(reads[s.Namespace], rule.Resources...)
+				}
+			}
+		}
+	}
+	for ns := range reads {
+		slices.Sort(reads[ns])
+		reads[ns] = slices.Compact(reads[ns])
+	}
+	slices.Sort(objects)
+	return reads, objects
+}
+
+// TestClusterWideAccessKeepsTenantsApart: a group with a cluster-scoped member runs its wait Job in
+// wavegate's own namespace, and only there does a waiter read cluster-scoped kinds; a tenant's
+// waiter reads, cluster-wide, StorageClasses (for its claims) and nothing else. A tenant with a
+// claim does not share the cluster-scoped kinds of a sequence declared clusterScoped, and a Job
+// that a tenant owning such a sequence forges in its own namespace, naming any cluster-scoped
+// kind, gets no cluster-wide access at all. Access written by an earlier version (one ClusterRole
+// for both, bound to tenants) is narrowed, and what nothing needs is deleted.
+func TestClusterWideAccessKeepsTenantsApart(t *testing.T) {
+	gvr := func(group, resource string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
+	}
+	job := func(ns, seq string, ms ...waiter.Member) *batchv1.Job {
+		return suspendedWaitJob("wavegate-wait-web-"+seq, ns, seq, time.Now(), ms...)
+	}
+	// The platform's sequence, its cluster-scoped member's group run in wavegate's namespace.
+	platform := job("wavegate-system", "platform", waiter.Member{GVR: gvr("rbac.authorization.k8s.io", "clusterroles"), Name: "operator"})
+	// A tenant's claim, its group run in its namespace.
+	claim := job("tenant-a", "tenant-a", waiter.Member{GVR: gvr("", "persistentvolumeclaims"), Namespace: "tenant-a", Name: "data"})
+	// Namespace widgets owns sequence widgets, declared clusterScoped: its tenant can create a Job
+	// shaped like that sequence's wait Job, in its own namespace.
+	forged := job("widgets", "widgets",
+		waiter.Member{GVR: gvr("", "nodes"), Name: "node-0"},
+		waiter.Member{GVR: gvr("rbac.authorization.k8s.io", "clusterrolebindings"), Name: "cluster-admin"},
+		waiter.Member{GVR: gvr("certificates.k8s.io", "certificatesigningrequests"), Name: "csr"})
+	managed := metav1.ObjectMeta{Name: WaiterServiceAccount, Labels: map[string]string{keys.WaiterRBACLabel: "true"}}
+	read := func(group string, resources ...string) rbacv1.PolicyRule {
+		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: []string{"get", "list", "watch"}}
+	}
+	waiters := func(namespaces ...string) []rbacv1.Subject {
+		var out []rbacv1.Subject
+		for _, ns := range namespaces {
+			out = append(out, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WaiterServiceAccount, Namespace: ns})
+		}
+		return out
+	}
+	// What an earlier version wrote: one ClusterRole for claims and cluster-scoped members, bound
+	// to every namespace whose waiter needed either.
+	earlier := []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: *managed.DeepCopy(), Rules: []rbacv1.PolicyRule{
+			read("", "nodes"), read("rbac.authorization.k8s.io", "clusterroles"), read("storage.k8s.io", "storageclasses")}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: *managed.DeepCopy(), Subjects: waiters("tenant-a", "wavegate-system", "widgets"),
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: WaiterServiceAccount}},
+	}
+	storageClasses := metav1.ObjectMeta{Name: "wavegate-waiter-storageclasses", Labels: map[string]string{keys.WaiterRBACLabel: "true"}}
+	split := []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: *managed.DeepCopy(), Rules: []rbacv1.PolicyRule{read("rbac.authorization.k8s.io", "clusterroles")}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: *managed.DeepCopy(), Subjects: waiters("wavegate-system"),
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: WaiterServiceAccount}},
+		&rbacv1.ClusterRole{ObjectMeta: *storageClasses.DeepCopy(), Rules: []rbacv1.PolicyRule{read("storage.k8s.io", "storageclasses")}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: *storageClasses.DeepCopy(), Subjects: waiters("tenant-a"),
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: storageClasses.Name}},
+	}
+	both := []string{
+		"ClusterRole/wavegate-waiter", "ClusterRole/wavegate-waiter-storageclasses",
+		"ClusterRoleBinding/wavegate-waiter", "ClusterRoleBinding/wavegate-waiter-storageclasses",
+	}
+	for _, tc := range []struct {
+		name        string
+		objs        []client.Object
+		wantReads   map[string][]string
+		wantObjects []string
+	}{{
+		name:        "a claim's waiter does not read the kinds of a sequence declared clusterScoped",
+		objs:        []client.Object{platform, claim},
+		wantReads:   map[string][]string{"tenant-a": {"storageclasses"}, "wavegate-system": {"clusterroles"}},
+		wantObjects: both,
+	}, {
+		name:      "a Job forged in a tenant's namespace names cluster-scoped kinds of its clusterScoped sequence",
+		objs:      []client.Object{forged, claim},
+		wantReads: map[string][]string{"tenant-a": {"storageclasses"}},
+		wantObjects: []string{
+			"ClusterRole/wavegate-waiter-storageclasses", "ClusterRoleBinding/wavegate-waiter-storageclasses",
+		},
+	}, {
+		name:        "the access of an earlier version is split",
+		objs:        append([]client.Object{platform, claim, forged}, earlier...),
+		wantReads:   map[string][]string{"tenant-a": {"storageclasses"}, "wavegate-system": {"clusterroles"}},
+		wantObjects: both,
+	}, {
+		name:        "no claim left: the tenants' cluster-wide access is deleted",
+		objs:        append([]client.Object{platform}, split...),
+		wantReads:   map[string][]string{"wavegate-system": {"clusterroles"}},
+		wantObjects: []string{"ClusterRole/wavegate-waiter", "ClusterRoleBinding/wavegate-waiter"},
+	}, {
+		name:      "no wait Job left: all of it is deleted",
+		objs:      split,
+		wantReads: map[string][]string{},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithRESTMapper(testrestmapper.TestOnlyStaticRESTMapper(scheme.Scheme)).
+				WithObjects(tc.objs...).WithObjects(optedIn("tenant-a", "widgets")...).Build()
+			idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+				Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true}, {Name: "widgets", ClusterScoped: true}}}}})
+			r := &RBACReconciler{Client: c, Policies: fixedPolicies{idx}, Namespace: "wavegate-system"}
+			if err := reconcileAll(r); err != nil {
+				t.Fatal(err)
+			}
+			reads, objects := clusterAccess(t, c)
+			if d := cmp.Diff(tc.wantReads, reads); d != "" {
+				t.Errorf("what each namespace's waiter may read cluster-wide (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantObjects, objects); d != "" {
+				t.Errorf("cluster-wide waiter access (-want +got):\n%s", d)
+			}
+		})
 	}
 }

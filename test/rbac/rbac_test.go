@@ -254,19 +254,30 @@ func TestSecretsOnlyForSelfManagedCertificates(t *testing.T) {
 
 // TestAccessObjectsDeletedOnlyByName: the manager deletes, or changes other than by a patch (which
 // its teardown finalizer needs on any member), only the waiters' ServiceAccounts, Roles and bindings,
-// all named wavegate-waiter; it can delete no other account or role of any tenant.
+// all named wavegate-waiter, and the ClusterRole and ClusterRoleBinding that let waiters read
+// StorageClasses (wavegate-waiter-storageclasses); it can delete no other account or role of any
+// tenant.
 func TestAccessObjectsDeletedOnlyByName(t *testing.T) {
-	guarded := []string{"serviceaccounts", "roles", "rolebindings", "clusterroles", "clusterrolebindings"}
+	waiter := []string{"wavegate-waiter"}
+	clusterWide := []string{"wavegate-waiter", "wavegate-waiter-storageclasses"}
+	guarded := map[string][]string{
+		"serviceaccounts": waiter, "roles": waiter, "rolebindings": waiter,
+		"clusterroles": clusterWide, "clusterrolebindings": clusterWide,
+	}
 	for _, install := range installs {
 		roles, _ := render(t, install)
 		for _, r := range roles {
 			for _, rule := range r.rules {
-				if !slices.ContainsFunc(rule.Resources, func(res string) bool { return slices.Contains(guarded, res) }) {
-					continue
-				}
-				for _, v := range rule.Verbs {
-					if (v == "delete" || v == "update" || v == "deletecollection") && !slices.Equal(rule.ResourceNames, []string{"wavegate-waiter"}) {
-						t.Errorf("config/%s: %s %s may %s %v not named wavegate-waiter", install, r.kind, r.name, v, rule.Resources)
+				for _, res := range rule.Resources {
+					names, ok := guarded[res]
+					if !ok {
+						continue
+					}
+					byName := len(rule.ResourceNames) > 0 && !slices.ContainsFunc(rule.ResourceNames, func(n string) bool { return !slices.Contains(names, n) })
+					for _, v := range rule.Verbs {
+						if (v == "delete" || v == "update" || v == "deletecollection") && !byName {
+							t.Errorf("config/%s: %s %s may %s %s not named %v", install, r.kind, r.name, v, res, names)
+						}
 					}
 				}
 			}

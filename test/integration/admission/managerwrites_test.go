@@ -105,6 +105,7 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	g.Expect(mgr.Update(ctx, role)).To(Succeed(), "the waiter's Role lost its rules")
 	g.Expect(mgr.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wavegate-reader"}, Rules: []rbacv1.PolicyRule{read}})).
 		To(MatchError(ContainSubstring("only named wavegate-waiter")))
+	clusterWide(t, g, mgr, ns)
 
 	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: waiter}
 	other := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: ns}, RoleRef: ref,
@@ -140,4 +141,56 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	g.Expect(mgr.Update(ctx, tenantBinding)).To(Succeed())
 	tenantBinding.Subjects = append(tenantBinding.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "wavegate-manager", Namespace: framework.WavegateNamespace})
 	g.Expect(mgr.Update(ctx, tenantBinding)).To(MatchError(ContainSubstring("not the subjects of operator")))
+}
+
+// clusterWide: of the waiters' cluster-wide access, the policy admits a ClusterRole
+// wavegate-waiter-storageclasses that reads StorageClasses and nothing else, bound by the
+// ClusterRoleBinding of its name to any waiter, and a ClusterRoleBinding wavegate-waiter (whose
+// ClusterRole reads cluster-scoped members) only to the waiter of wavegate's own namespace: a
+// tenant's waiter never reads cluster-scoped members. The creations are dry runs (admission runs,
+// nothing is stored for the suite's manager to prune).
+func clusterWide(t *testing.T, g Gomega, mgr client.Client, tenant string) {
+	t.Helper()
+	ctx := context.Background()
+	waiter, storageClasses := sequence.WaiterServiceAccount, sequence.WaiterStorageClassesRole
+	readStorageClasses := rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}}
+	readNodes := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}
+	labels := map[string]string{keys.WaiterRBACLabel: "true"}
+	clusterRole := func(name string, rules ...rbacv1.PolicyRule) *rbacv1.ClusterRole {
+		return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules}
+	}
+	binding := func(name, role string, namespaces ...string) *rbacv1.ClusterRoleBinding {
+		b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}
+		for _, ns := range namespaces {
+			b.Subjects = append(b.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: waiter, Namespace: ns})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name    string
+		obj     client.Object
+		refused string // "": admitted
+	}{
+		{"StorageClasses read", clusterRole(storageClasses, readStorageClasses), ""},
+		{"more than StorageClasses", clusterRole(storageClasses, readStorageClasses, readNodes), "may only read StorageClasses"},
+		{"cluster-scoped members' read", clusterRole(waiter, readNodes), ""},
+		{"StorageClasses bound to a tenant's waiter", binding(storageClasses, storageClasses, tenant, framework.WavegateNamespace), ""},
+		{"StorageClasses binding to the cluster-scoped members' role", binding(storageClasses, waiter, tenant), "only the waiter's role of the binding's name"},
+		{"cluster-scoped members bound to wavegate's waiter", binding(waiter, waiter, framework.WavegateNamespace), ""},
+		{"cluster-scoped members bound to a tenant's waiter", binding(waiter, waiter, framework.WavegateNamespace, tenant),
+			"may bind the ClusterRole wavegate-waiter only to the waiter of " + framework.WavegateNamespace},
+		{"a Role of the StorageClasses name", &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: storageClasses, Namespace: tenant, Labels: labels}},
+			"roles only named wavegate-waiter, not " + storageClasses},
+		{"a RoleBinding of the StorageClasses name", &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: storageClasses, Namespace: tenant, Labels: labels},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: storageClasses}},
+			"rolebindings only named wavegate-waiter, not " + storageClasses},
+	} {
+		err := mgr.Create(ctx, tc.obj, client.DryRunAll)
+		if tc.refused == "" {
+			g.Expect(err).NotTo(HaveOccurred(), tc.name)
+		} else {
+			g.Expect(err).To(MatchError(ContainSubstring(tc.refused)), tc.name)
+		}
+	}
 }

@@ -175,8 +175,9 @@ func TestWaitJobPodsAreNeverGated(t *testing.T) {
 }
 
 // A claim's readiness depends on its StorageClass (WaitForFirstConsumer), which is cluster-scoped:
-// the waiter of a group with a claim gets cluster-wide read access to StorageClasses, bound to its
-// namespace's waiter only, and loses it once no wait Job of that namespace needs it.
+// the waiter of a group with a claim gets cluster-wide read access to StorageClasses (a ClusterRole
+// of its own, which reads nothing else), bound to its namespace's waiter only, and loses it once no
+// wait Job of that namespace needs it.
 func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -191,12 +192,13 @@ func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 	waiter := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sequence.WaiterServiceAccount, Namespace: ns}
 	role := &rbacv1.ClusterRole{}
 	binding := &rbacv1.ClusterRoleBinding{}
+	key := client.ObjectKey{Name: sequence.WaiterStorageClassesRole}
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, role)).To(Succeed())
-		g.Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"},
-			Verbs: []string{"get", "list", "watch"}}))
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, binding)).To(Succeed())
-		g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sequence.WaiterServiceAccount}))
+		g.Expect(env.Client.Get(ctx, key, role)).To(Succeed())
+		g.Expect(role.Rules).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"},
+			Verbs: []string{"get", "list", "watch"}}}))
+		g.Expect(env.Client.Get(ctx, key, binding)).To(Succeed())
+		g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: sequence.WaiterStorageClassesRole}))
 		g.Expect(binding.Subjects).To(ContainElement(waiter))
 	}).WithTimeout(timeout).Should(Succeed())
 	expectLeastPrivilege(g, role.Rules)
@@ -205,7 +207,7 @@ func TestWaiterClusterAccessFollowsItsJobs(t *testing.T) {
 	// (the binding is deleted, or keeps only other namespaces' waiters that still need it).
 	g.Expect(env.Client.Delete(ctx, claim)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: sequence.WaiterServiceAccount}, binding)
+		err := env.Client.Get(ctx, key, binding)
 		if apierrors.IsNotFound(err) {
 			return
 		}

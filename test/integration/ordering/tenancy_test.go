@@ -2,16 +2,19 @@ package ordering
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -24,6 +27,7 @@ import (
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/sequence"
 	"wavegate.io/wavegate/pkg/waiter"
+	"wavegate.io/wavegate/test/framework"
 )
 
 func withSequence(l map[string]string, seq string) map[string]string {
@@ -330,5 +334,119 @@ func TestWaiterAccessFollowsOptIn(t *testing.T) {
 	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 		g.Eventually(func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, key, o)) }).WithTimeout(timeout).
 			Should(BeTrue(), "%T stays in a namespace that opted out", o)
+	}
+}
+
+// TestTenantWaitersReadNothingClusterWideButStorageClasses: a sequence declared clusterScoped has a
+// cluster-scoped member, whose group's wait Job runs in wavegate's namespace; another tenant has a
+// claim, whose waiter reads StorageClasses; the tenant of the clusterScoped sequence's namespace
+// forges a wait Job of that sequence in its own namespace, naming cluster-scoped kinds. As the API
+// server authorizes them, only wavegate's waiter reads the cluster-scoped member's kind, the
+// claim's waiter reads StorageClasses and nothing else cluster-wide, and the forged Job's waiter
+// nothing cluster-wide; no ClusterRole bound to a tenant's waiter ever reads more than
+// StorageClasses.
+func TestTenantWaitersReadNothingClusterWideButStorageClasses(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	owner, claims := namespace(t), namespace(t)
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "cluster-" + owner}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: owner, ClusterScoped: true}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+
+	// Every waiter ClusterRole and ClusterRoleBinding written from now on.
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	waiterRBAC := metav1.ListOptions{LabelSelector: keys.WaiterRBACLabel + "=true"}
+	roles, err := cs.RbacV1().ClusterRoles().Watch(ctx, waiterRBAC)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer roles.Stop()
+	bindings, err := cs.RbacV1().ClusterRoleBindings().Watch(ctx, waiterRBAC)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer bindings.Stop()
+
+	// The sequence's cluster-scoped member (admitted once the policy is loaded), and the claim.
+	operator := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "member-" + owner, Labels: withSequence(member("rbac", 1), owner)}}
+	g.Eventually(func() error { return env.Client.Create(ctx, operator) }).WithTimeout(timeout).Should(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, operator) })
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: claims, Labels: member("storage", 1)},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	g.Eventually(func() error { return env.Client.Create(ctx, claim) }).WithTimeout(timeout).Should(Succeed())
+
+	gvr := func(group, resource string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: group, Version: "v1", Resource: resource}
+	}
+	nodes, clusterRoleBindings, clusterRoles := gvr("", "nodes"), gvr(rbacv1.GroupName, "clusterrolebindings"), gvr(rbacv1.GroupName, "clusterroles")
+	args := waiter.Args{Sequence: owner, Group: "rbac", Members: []waiter.Member{
+		{GVR: nodes, Name: "node-0"}, {GVR: clusterRoleBindings, Name: "cluster-admin"}, {GVR: clusterRoles, Name: operator.Name}}}
+	forged := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: owner,
+			Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: owner}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, forged) })
+	// wavegate deletes the forged Job (no group of the sequence has it), maybe before the
+	// waiter-RBAC controller has seen it: the tenant creates it again until its namespace's Role
+	// lets its waiter mark it, which the pass that provisions the Job writes.
+	g.Eventually(func(g Gomega) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(forged), &batchv1.Job{}); apierrors.IsNotFound(err) {
+			g.Expect(env.Client.Create(ctx, forged.DeepCopy())).To(Succeed())
+		}
+		own := &rbacv1.Role{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: owner, Name: sequence.WaiterServiceAccount}, own)).To(Succeed())
+		g.Expect(own.Rules).To(ContainElement(HaveField("ResourceNames", ContainElement(forged.Name))))
+	}).WithTimeout(timeout).Should(Succeed())
+
+	// may asks the API server whether namespace ns's waiter may list r cluster-wide.
+	may := func(g Gomega, ns string, r schema.GroupVersionResource) bool {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":" + sequence.WaiterServiceAccount,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "list", Group: r.Group, Version: r.Version, Resource: r.Resource}}}
+		g.Expect(env.Client.Create(ctx, sar)).To(Succeed())
+		return sar.Status.Allowed
+	}
+	storageClasses := gvr("storage.k8s.io", "storageclasses")
+	g.Eventually(func(g Gomega) {
+		g.Expect(may(g, framework.WavegateNamespace, clusterRoles)).To(BeTrue(), "wavegate's waiter may not read its cluster-scoped member's kind")
+		g.Expect(may(g, claims, storageClasses)).To(BeTrue(), "the claim's waiter may not read StorageClasses")
+	}).WithTimeout(timeout).Should(Succeed())
+
+	// What the watches saw: no ClusterRole that reads more than StorageClasses was ever bound to a
+	// tenant's waiter.
+	wide := map[string]bool{}
+	tenants := map[string]bool{}
+watching:
+	for deadline := time.After(2 * time.Second); ; {
+		select {
+		case ev := <-roles.ResultChan():
+			if cr, ok := ev.Object.(*rbacv1.ClusterRole); ok {
+				for _, rule := range cr.Rules {
+					if !slices.Equal(rule.Resources, []string{"storageclasses"}) {
+						wide[cr.Name] = true
+					}
+				}
+			}
+		case ev := <-bindings.ResultChan():
+			if crb, ok := ev.Object.(*rbacv1.ClusterRoleBinding); ok {
+				for _, s := range crb.Subjects {
+					if s.Namespace != framework.WavegateNamespace {
+						tenants[crb.RoleRef.Name] = true
+					}
+				}
+			}
+		case <-deadline:
+			break watching
+		}
+	}
+	for name := range tenants {
+		g.Expect(wide).NotTo(HaveKey(name), "ClusterRole %s, which reads more than StorageClasses, was bound to a tenant's waiter", name)
+	}
+	for _, ns := range []string{owner, claims} {
+		for _, r := range []schema.GroupVersionResource{nodes, clusterRoleBindings, clusterRoles} {
+			g.Expect(may(g, ns, r)).To(BeFalse(), "the waiter of tenant %s may list %s", ns, r.Resource)
+		}
 	}
 }
