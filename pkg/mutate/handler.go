@@ -42,10 +42,18 @@ type GateSource interface {
 	Cleared(sequence, group, template string) bool
 }
 
-// PermissionSource tells whether the manager may patch a resource: admission never adds a
-// finalizer that no wavegate controller could remove.
+// PermissionSource tells what the manager may do with a resource, from a review it keeps in memory
+// (never a call per request). Admission never adds a finalizer that no wavegate controller could
+// remove, and warns when a member is of a kind the member tracker may not track.
 type PermissionSource interface {
+	// Ready reports whether the permissions are known. Until then CanPatch and CanWatch say no, and
+	// that no means "not known yet", not "not allowed".
+	Ready() bool
+	// CanPatch reports whether the manager may patch the resource in every namespace.
 	CanPatch(group, resource string) bool
+	// CanWatch reports whether the manager may list and watch the resource in every namespace: what
+	// the member tracker needs to track its objects.
+	CanWatch(group, resource string) bool
 }
 
 // Request is what Mutate needs to know of the admission request besides the object.
@@ -56,7 +64,8 @@ type Request struct {
 	Namespace string
 	// NamespaceLabels are the labels of Namespace, when resolution needs them.
 	NamespaceLabels map[string]string
-	// Permissions is consulted before adding the teardown finalizer; nil adds none.
+	// Permissions is consulted before adding the teardown finalizer (nil adds none) and to warn about
+	// members of kinds the manager may not track (nil warns about none).
 	Permissions PermissionSource
 	// Create is true for CREATE: scheduling gates can only be added when a pod is created.
 	Create bool
@@ -114,6 +123,14 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	}
 
 	var warnings []string
+	// A member in its own right (not a pod, not an object a controller made from a member's
+	// template) is ordered only if the member tracker can see it.
+	member := req.GroupKind != podGroupKind && obj.Controller == ""
+	if member && (req.Create || req.OldLabels != nil && !maps.Equal(req.OldLabels, obj.Labels)) {
+		if w := untracked(req, res); w != "" {
+			warnings = append(warnings, w)
+		}
+	}
 	want := resolve.Annotations(res)
 	wave := want[keys.ResolvedWaveAnnotation]
 	have := obj.Annotations
@@ -142,8 +159,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	}
 	// Only members in their own right get the finalizer: a ReplicaSet inherits its Deployment's
 	// labels but its Deployment is the member, and nothing would ever release it.
-	if req.GroupKind != podGroupKind && obj.Controller == "" && teardown.Ordered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) &&
-		req.Permissions != nil && req.Permissions.CanPatch(req.Resource.Group, req.Resource.Resource) {
+	if member && teardown.Ordered(res) && !slices.Contains(obj.Finalizers, keys.TeardownFinalizer) && mayFinalize(req) {
 		if obj.HasFinalizers {
 			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/finalizers/-", keys.TeardownFinalizer))
 		} else {
@@ -178,6 +194,36 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		return admission.Allowed("").WithWarnings(warnings...)
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
+}
+
+// mayFinalize reports whether a wavegate controller could remove the teardown finalizer from an
+// object of the request's resource: the manager may patch it, and the member tracker tracks it
+// (list and watch), for the hold sees only tracked objects. Unknown permissions mean no.
+func mayFinalize(req Request) bool {
+	if req.Permissions == nil {
+		return false
+	}
+	group, resource := req.Resource.Group, req.Resource.Resource
+	return req.Permissions.CanPatch(group, resource) && req.Permissions.CanWatch(group, resource)
+}
+
+// untracked returns the warning for a member of a kind the manager is known not to be allowed to
+// list and watch: the member tracker does not track it, so no group waits for it and the hold
+// never sees it. "" when the kind is tracked, or while the permissions are not known yet (a
+// replica that has just started must not warn about every object).
+func untracked(req Request, res *resolve.Resolution) string {
+	p := req.Permissions
+	group, resource := req.Resource.Group, req.Resource.Resource
+	if p == nil || !p.Ready() || p.CanWatch(group, resource) {
+		return ""
+	}
+	verbs := "list and watch"
+	if teardown.Ordered(res) && !p.CanPatch(group, resource) {
+		verbs = "list, watch and patch"
+	}
+	return fmt.Sprintf("metadata.labels[%s]: wavegate may not list and watch %s, so this object is not ordered "+
+		"(later groups do not wait for it, and its deletion does not wait for them): grant %s with a ClusterRole labeled %s=true",
+		res.GroupLabel, req.Resource, verbs, keys.AggregateToManagerLabel)
 }
 
 // release returns the operations that remove wavegate's teardown finalizer from an object that an

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -368,9 +370,24 @@ type unstructuredLike struct {
 	Metadata       metav1.ObjectMeta `json:"metadata"`
 }
 
-type allow bool
+// grant is a PermissionSource whose review has run and found these verbs on every resource.
+type grant []string
 
-func (a allow) CanPatch(string, string) bool { return bool(a) }
+func (g grant) Ready() bool                  { return true }
+func (g grant) CanPatch(string, string) bool { return slices.Contains(g, "patch") }
+func (g grant) CanWatch(string, string) bool {
+	return slices.Contains(g, "list") && slices.Contains(g, "watch")
+}
+
+// everything is what the shipped roles grant on the built-in kinds that are usually members.
+var everything = grant{"get", "list", "watch", "patch"}
+
+// unknown is a PermissionSource whose review has not run yet: it allows nothing.
+type unknown struct{}
+
+func (unknown) Ready() bool                  { return false }
+func (unknown) CanPatch(string, string) bool { return false }
+func (unknown) CanWatch(string, string) bool { return false }
 
 func TestTeardownFinalizer(t *testing.T) {
 	member := map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1"}
@@ -383,17 +400,22 @@ func TestTeardownFinalizer(t *testing.T) {
 		idx   *policy.Index
 		want  []string
 	}{
-		"added when the manager may patch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: allow(true),
+		"added when the manager may patch, list and watch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: everything,
 			want: []string{keys.TeardownFinalizer}},
 		"appended to existing finalizers": {obj: &corev1.ConfigMap{ObjectMeta: func() metav1.ObjectMeta {
 			m := meta(member, nil)
 			m.Finalizers = []string{"other"}
 			return m
-		}()}, gk: configMapGK, perms: allow(true), want: []string{"other", keys.TeardownFinalizer}},
-		"never where the manager could not remove it": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: allow(false)},
-		"never before permissions are known":          {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK},
-		"never on pods":                               {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: allow(true)},
-		"never when the policy turns teardown off":    {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: allow(true), idx: off},
+		}()}, gk: configMapGK, perms: everything, want: []string{"other", keys.TeardownFinalizer}},
+		"never where the manager may not patch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: grant{"get", "list", "watch"}},
+		// The hold removes the finalizer only from objects the member tracker sees: a kind the
+		// manager may patch but not list and watch would keep it forever.
+		"never where the manager may patch but not watch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: grant{"get", "list", "patch"}},
+		"never where the manager may patch but not list the kind":  {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: grant{"get", "watch", "patch"}},
+		"never before permissions are known":                       {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: unknown{}},
+		"never without a permission source":                        {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK},
+		"never on pods":                                            {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: everything},
+		"never when the policy turns teardown off":                 {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: everything, idx: off},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -472,7 +494,7 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	raw, _ = json.Marshal(slice)
 	es := schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}
 	resp = Mutate(parse(t, raw, es), Request{GroupKind: es, Resource: schema.GroupResource{Group: "discovery.k8s.io", Resource: "endpointslices"},
-		Namespace: "shop", Create: true, Permissions: allow(true)}, nil)
+		Namespace: "shop", Create: true, Permissions: everything}, nil)
 	if len(resp.Patches) != 0 {
 		t.Errorf("an EndpointSlice that copied a Service's labels was mutated: %+v", resp.Patches)
 	}
@@ -587,7 +609,7 @@ func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := Request{GroupKind: gk, Resource: schema.GroupResource{Resource: strings.ToLower(gk.Kind) + "s"}, Namespace: "shop",
-				Permissions: allow(true), Create: tc.old == nil, OldLabels: tc.old}
+				Permissions: everything, Create: tc.old == nil, OldLabels: tc.old}
 			resp := Mutate(parse(t, raw, gk), req, tc.idx)
 			if !resp.Allowed {
 				t.Fatalf("denied: %v", resp.Result)
@@ -619,6 +641,138 @@ func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
 				if strings.HasPrefix(op.Path, "/metadata/finalizers") {
 					t.Errorf("second pass patched the finalizers again: %+v", op)
 				}
+			}
+		})
+	}
+}
+
+// TestUntrackedKindsAreNamed: a member of a kind the manager may not list and watch is admitted
+// (denying would break existing apps and syncs) but is never tracked, so no group waits for it:
+// admission says so, naming the label, the kind, the consequence and the fix, on creation and on
+// updates that change labels. Not for pods (gated whatever the tracker tracks), not for objects a
+// controller made (their controller is the member), and not while the permissions are unknown.
+func TestUntrackedKindsAreNamed(t *testing.T) {
+	const component = "app.kubernetes.io/component"
+	hpa := schema.GroupResource{Group: "autoscaling", Resource: "horizontalpodautoscalers"}
+	hpaGK := schema.GroupKind{Group: "autoscaling", Kind: "HorizontalPodAutoscaler"}
+	widgets := schema.GroupResource{Group: "example.com", Resource: "widgets"}
+	widgetGK := schema.GroupKind{Group: "example.com", Kind: "Widget"}
+	configMaps := schema.GroupResource{Resource: "configmaps"}
+	pods := schema.GroupResource{Resource: "pods"}
+	db := map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1"}
+	web := map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "2"}
+	byPolicy := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: wavev1.WavePolicySpec{GroupLabel: component, Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}}}})
+	off := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Defaults: wavev1.GroupDefaults{Teardown: wavev1.TeardownDisabled}, Groups: []wavev1.GroupSpec{{Name: "db", Order: 1}}}}})
+	warning := func(label string, gr schema.GroupResource, verbs string) []string {
+		return []string{"metadata.labels[" + label + "]: wavegate may not list and watch " + gr.String() + ", so this object is not ordered " +
+			"(later groups do not wait for it, and its deletion does not wait for them): grant " + verbs +
+			" with a ClusterRole labeled wavegate.io/aggregate-to-manager=true"}
+	}
+	owned := meta(db, nil)
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "x", UID: "u", Controller: ptr.To(true)}}
+	deleting := meta(db, nil)
+	now := metav1.Now()
+	deleting.DeletionTimestamp = &now
+	cases := map[string]struct {
+		obj      metav1.ObjectMeta
+		gk       schema.GroupKind
+		resource schema.GroupResource
+		perms    PermissionSource
+		idx      *policy.Index
+		// old are the labels before the update; nil: a CREATE.
+		old            map[string]string
+		wantWarnings   []string
+		wantFinalizers []string
+	}{
+		"a new HPA the manager may not read": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: grant{},
+			wantWarnings: []string{"metadata.labels[wavegate.io/group]: wavegate may not list and watch horizontalpodautoscalers.autoscaling, " +
+				"so this object is not ordered (later groups do not wait for it, and its deletion does not wait for them): " +
+				"grant list, watch and patch with a ClusterRole labeled wavegate.io/aggregate-to-manager=true"},
+		},
+		"a custom resource the manager may patch but not list and watch": {
+			obj: meta(db, nil), gk: widgetGK, resource: widgets, perms: grant{"get", "patch"},
+			wantWarnings: warning(keys.GroupLabel, widgets, "list and watch"),
+		},
+		"teardown turned off: patch is not needed": {
+			obj: meta(map[string]string{keys.GroupLabel: "db"}, nil), gk: hpaGK, resource: hpa, perms: grant{}, idx: off,
+			wantWarnings: warning(keys.GroupLabel, hpa, "list and watch"),
+		},
+		"a core kind, watch but no list": {
+			obj: meta(db, nil), gk: configMapGK, resource: configMaps, perms: grant{"get", "watch", "patch"},
+			wantWarnings: warning(keys.GroupLabel, configMaps, "list and watch"),
+		},
+		"grouped by a policy's label": {
+			obj: meta(map[string]string{component: "database"}, nil), gk: hpaGK, resource: hpa, perms: grant{}, idx: byPolicy,
+			wantWarnings: warning(component, hpa, "list, watch and patch"),
+		},
+		"an update that adds the group label": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: grant{}, old: map[string]string{},
+			wantWarnings: warning(keys.GroupLabel, hpa, "list, watch and patch"),
+		},
+		"an update that moves it to another group": {
+			obj: meta(web, nil), gk: hpaGK, resource: hpa, perms: grant{}, old: db,
+			wantWarnings: warning(keys.GroupLabel, hpa, "list, watch and patch"),
+		},
+		"an update that leaves the labels as they were": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: grant{}, old: db,
+		},
+		"a tracked kind": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: everything,
+			wantFinalizers: []string{keys.TeardownFinalizer},
+		},
+		"a kind tracked but not patched": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: grant{"get", "list", "watch"},
+		},
+		"permissions not known yet": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa, perms: unknown{},
+		},
+		"no permission source": {
+			obj: meta(db, nil), gk: hpaGK, resource: hpa,
+		},
+		"pods are gated, not tracked": {
+			obj: meta(db, nil), gk: podGK, resource: pods, perms: grant{},
+		},
+		"made by a controller": {
+			obj: owned, gk: hpaGK, resource: hpa, perms: grant{},
+		},
+		"being deleted": {
+			obj: deleting, gk: hpaGK, resource: hpa, perms: grant{}, old: map[string]string{},
+		},
+		"not a member": {
+			obj: meta(map[string]string{"app": "db"}, nil), gk: hpaGK, resource: hpa, perms: grant{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			raw, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": tc.gk.Kind, "metadata": tc.obj, "spec": map[string]any{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := Request{GroupKind: tc.gk, Resource: tc.resource, Namespace: "shop", Permissions: tc.perms,
+				Create: tc.old == nil, OldLabels: tc.old}
+			resp := Mutate(parse(t, raw, tc.gk), req, tc.idx)
+			if !resp.Allowed {
+				t.Fatalf("denied: %v", resp.Result)
+			}
+			if diff := cmp.Diff(tc.wantWarnings, resp.Warnings); diff != "" {
+				t.Errorf("warnings (-want,+got):\n%s", diff)
+			}
+			out := raw
+			if len(resp.Patches) > 0 {
+				patch, _ := json.Marshal(resp.Patches)
+				p, err := jsonpatch.DecodePatch(patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err = p.Apply(raw); err != nil {
+					t.Fatalf("applying %s: %v", patch, err)
+				}
+			}
+			if diff := cmp.Diff(tc.wantFinalizers, parse(t, out, tc.gk).Finalizers); diff != "" {
+				t.Errorf("finalizers (-want,+got):\n%s", diff)
 			}
 		})
 	}

@@ -31,7 +31,8 @@ type Server struct {
 	Policies PolicySource
 	// Gates tells which pod templates start without a gate; nil gates every member pod.
 	Gates GateSource
-	// Permissions tells which kinds may carry the teardown finalizer; nil adds none.
+	// Permissions tells which kinds may carry the teardown finalizer and which the member tracker
+	// tracks; nil adds no finalizer and warns about no kind.
 	Permissions PermissionSource
 	// Namespaces gives namespace labels where policies select namespaces.
 	Namespaces NamespaceSource

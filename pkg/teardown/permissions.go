@@ -20,9 +20,10 @@ import (
 
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=selfsubjectrulesreviews,verbs=create
 
-// Permissions knows which resources the manager may patch, so that admission never adds a
-// finalizer that no wavegate controller could remove. It asks the API server with a
-// SelfSubjectRulesReview in the background, never per admission request.
+// Permissions knows which resources the manager may patch, list and watch, so that admission never
+// adds a finalizer that no wavegate controller could remove, warns about members of kinds the
+// member tracker may not track, and the tracker tracks only those it may. It asks the API server
+// with a SelfSubjectRulesReview in the background, never per admission request.
 type Permissions struct {
 	Client kubernetes.Interface
 	// Every is how often the review is refreshed (aggregated ClusterRoles change).
@@ -105,8 +106,12 @@ func matches(set []string, v string) bool {
 	return slices.Contains(set, v) || slices.Contains(set, "*")
 }
 
-// Ready reports whether the permissions have been reviewed once.
+// Ready reports whether the permissions have been reviewed once: until then CanPatch and CanWatch
+// say no because nothing is known yet, not because the manager may not.
 func (p *Permissions) Ready() bool {
+	if p == nil {
+		return false
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.ready

@@ -15,11 +15,14 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/test/framework"
 )
 
@@ -55,14 +58,19 @@ var allowed = map[string][]string{
 	"admissionregistration.k8s.io/mutatingwebhookconfigurations":   {"get", "list", "patch", "update", "watch"},
 	"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "list", "patch", "update", "watch"},
 	"authorization.k8s.io/selfsubjectrulesreviews":                 {"create"},
-	"events.k8s.io/events":                                         {"create", "patch"},
-	"coordination.k8s.io/leases":                                   {"create", "delete", "get", "list", "patch", "update", "watch"},
-	"/events":                                                      {"create", "patch"},
-	"/secrets":                                                     {"create", "get", "update"},
+	// Members of these kinds are tracked, never finalized (patching an APIService could redirect an
+	// API group).
+	"autoscaling/horizontalpodautoscalers": {"get", "list", "watch"},
+	"apiregistration.k8s.io/apiservices":   {"get", "list", "watch"},
+	"events.k8s.io/events":                 {"create", "patch"},
+	"coordination.k8s.io/leases":           {"create", "delete", "get", "list", "patch", "update", "watch"},
+	"/events":                              {"create", "patch"},
+	"/secrets":                             {"create", "get", "update"},
 }
 
 type role struct {
 	kind, name, namespace string
+	labels                map[string]string
 	rules                 []rbacv1.PolicyRule
 }
 
@@ -96,7 +104,7 @@ func render(t *testing.T, install string) ([]role, []rbacv1.RoleBinding) {
 			if err := yaml.Unmarshal(b, &cr); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, role{r.GetKind(), cr.Name, cr.Namespace, cr.Rules})
+			out = append(out, role{r.GetKind(), cr.Name, cr.Namespace, cr.Labels, cr.Rules})
 		case "RoleBinding":
 			var rb rbacv1.RoleBinding
 			if err := yaml.Unmarshal(b, &rb); err != nil {
@@ -295,4 +303,60 @@ func TestAggregation(t *testing.T) {
 		}
 	}
 	t.Error("config/default has no wavegate-manager-aggregate-role")
+}
+
+// memberKinds are the kinds of the README's readiness table that can be group members (pods are
+// gated, not members): the shipped roles must let the member tracker track them, or their groups
+// would be released without waiting for them.
+var memberKinds = []string{
+	"apps/deployments", "apps/replicasets", "apps/statefulsets", "apps/daemonsets", "batch/jobs", "batch/cronjobs",
+	"/persistentvolumeclaims", "/services", "networking.k8s.io/ingresses", "autoscaling/horizontalpodautoscalers",
+	"policy/poddisruptionbudgets", "apiextensions.k8s.io/customresourcedefinitions", "apiregistration.k8s.io/apiservices",
+}
+
+// TestMemberKindsAreTracked: with the ClusterRoles the manager aggregates (those labeled
+// wavegate.io/aggregate-to-manager), it may list and watch every kind of the readiness table, and
+// every kind it may patch (to add and remove the teardown finalizer) it may also list and watch:
+// admission adds the finalizer only to kinds the tracker tracks, since the hold removes it only from
+// objects it sees, so a patch grant without them would order no teardown.
+func TestMemberKindsAreTracked(t *testing.T) {
+	for _, install := range installs {
+		roles, _ := render(t, install)
+		verbs := map[string][]string{} // "group/resource" -> verbs on every object of it
+		for _, r := range roles {
+			if r.kind != "ClusterRole" || r.labels[keys.AggregateToManagerLabel] != "true" {
+				continue
+			}
+			for _, rule := range r.rules {
+				if len(rule.ResourceNames) > 0 {
+					continue // grants nothing on the objects of users
+				}
+				for _, g := range rule.APIGroups {
+					for _, res := range rule.Resources {
+						verbs[g+"/"+res] = append(verbs[g+"/"+res], rule.Verbs...)
+					}
+				}
+			}
+		}
+		if len(verbs) == 0 {
+			t.Fatalf("config/%s: no ClusterRole labeled %s=true", install, keys.AggregateToManagerLabel)
+		}
+		tracked := func(key string) bool {
+			return slices.Contains(verbs[key], "list") && slices.Contains(verbs[key], "watch")
+		}
+		for _, key := range memberKinds {
+			if !tracked(key) {
+				t.Errorf("config/%s: the manager may not list and watch %s, a kind of the readiness table: its members would not be ordered", install, key)
+			}
+		}
+		for key, vs := range verbs {
+			g, res, _ := strings.Cut(key, "/")
+			if strings.Contains(res, "/") {
+				continue // a subresource: no object carries a finalizer through it
+			}
+			if slices.Contains(vs, "patch") && !tracked(key) && !members.Skipped(schema.GroupResource{Group: g, Resource: res}) {
+				t.Errorf("config/%s: the manager may patch %s but not list and watch it: admission would add no finalizer to its members", install, key)
+			}
+		}
+	}
 }
