@@ -8,6 +8,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -153,28 +154,44 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		errs = append(errs, fmt.Errorf("teardown: %w", err))
 	}
-	if len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil {
-		metrics.Forget(seq)
-		r.statusWrites.forget(seq)
-		r.emitted.forget(seq)
-		r.settling.forget(seq)
+	// A sequence without members, wait Jobs or objects to hold has nothing to order or report, and
+	// its Sequence goes; but not while it has gated pods (bare pods, an untracked controller's:
+	// pods are never members), which nothing would release after it.
+	empty := len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil
+	if empty && !anyGated(pods) {
+		r.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Opening a group (starting its wait Job's clock, removing its pods' gates) is decided twice:
 	// on the cache, then on a consistent read, so that a lagging cache never opens a group early;
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
-	opening := plan
+	opening := openGroups(plan)
 	settle, changing := r.settling.wait(seq, plan, r.now())
 	if settle > 0 {
-		opening = nil
+		opening = opening.closed()
 	}
-	gate := newOpener(opening, func() (map[string]bool, error) { return fresh.plan(ctx) })
+	gate := newOpener(opening, func() (openness, error) { return fresh.plan(ctx) })
 	// Ungating comes first: it is what the next group waits for at a boundary. The gates are
 	// removed while the other steps run.
 	gated, err := r.ungate(ctx, pods, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if empty && (settle > 0 || len(gated.gated) == 0) {
+		// Only gated pods: once the members have settled, nothing comes before them (the consistent
+		// read agreeing), so they go, and the Sequence with them. No status is written for the
+		// moment they wait, and admission is told of no cleared template: no status would replace
+		// it. Pods that still wait (for a group their policy requires, which has no members yet)
+		// are reported in the status below.
+		if err := r.release(ctx, gated); err != nil {
+			errs = append(errs, err)
+		}
+		if len(errs) > 0 || len(gated.gated) > 0 {
+			return ctrl.Result{RequeueAfter: settle}, errors.Join(errs...)
+		}
+		r.forget(seq)
+		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
 	// Admission lets the new pods of a released template start without the gate. It hears so from
 	// this replica at once, and from the status, written beside the other steps, on every replica:
@@ -215,6 +232,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
+}
+
+// anyGated reports whether a pod carries wavegate's gate and is not being deleted.
+func anyGated(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if HasGate(p) && p.DeletionTimestamp == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops what this manager remembers of a sequence whose Sequence goes.
+func (r *Reconciler) forget(seq string) {
+	metrics.Forget(seq)
+	r.statusWrites.forget(seq)
+	r.emitted.forget(seq)
+	r.settling.forget(seq)
 }
 
 // goStep runs one step of a reconcile beside the others. A panic in it would not reach

@@ -9,32 +9,49 @@ package sequence
 // no-early-release property test drives it with a lagging cache and checks every release.
 //
 // A template released once is cleared in the Sequence's status, and admission lets its new pods
-// start without the gate; the pods it gated before that are still released only through Open.
+// start without the gate; the pods it gated before that are still released only through OpenPods.
 type opener struct {
-	cached map[string]bool
+	cached openness
 	// fresh plans on a consistent read and returns which groups are open.
-	fresh     func() (map[string]bool, error)
-	freshOpen map[string]bool
+	fresh     func() (openness, error)
+	freshOpen *openness
 }
 
-func newOpener(cached []*Group, fresh func() (map[string]bool, error)) *opener {
-	o := &opener{cached: make(map[string]bool, len(cached)), fresh: fresh}
-	for _, g := range cached {
-		o.cached[g.Name] = g.Open
-	}
-	return o
+func newOpener(cached openness, fresh func() (openness, error)) *opener {
+	return &opener{cached: cached, fresh: fresh}
 }
 
-// CachedOpen reports what the cache alone says: a group it does not call open stays closed without
-// a consistent read.
-func (o *opener) CachedOpen(group string) bool { return o.cached[group] }
+// Planned reports whether the cache's plan has the group (a tracked member is in it, or a policy
+// requires it).
+func (o *opener) Planned(group string) bool {
+	_, ok := o.cached.groups[group]
+	return ok
+}
+
+// CachedOpenPods reports what the cache alone says of a group's pods: a group it does not call
+// open stays closed without a consistent read. pos is asked only for a group the plan does not
+// have (podGroup).
+func (o *opener) CachedOpenPods(group string, pos func() podGroup) bool {
+	return o.cached.opens(group, pos)
+}
 
 // Read reports whether the consistent read has been made.
 func (o *opener) Read() bool { return o.freshOpen != nil }
 
-// Open reports whether a group may be opened now.
+// Open reports whether a group of the plan may be opened now (its wait Job armed). A group the
+// consistent read does not have is closed.
 func (o *opener) Open(group string) (bool, error) {
-	if !o.cached[group] {
+	return o.open(group, nil)
+}
+
+// OpenPods reports whether a group's gated pods may be released now. Of a group that a plan does
+// not have (no tracked member), pos tells where the pods stand (podGroup).
+func (o *opener) OpenPods(group string, pos func() podGroup) (bool, error) {
+	return o.open(group, pos)
+}
+
+func (o *opener) open(group string, pos func() podGroup) (bool, error) {
+	if !o.cached.opens(group, pos) {
 		return false, nil
 	}
 	if o.freshOpen == nil {
@@ -42,16 +59,71 @@ func (o *opener) Open(group string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		o.freshOpen = m
+		o.freshOpen = &m
 	}
-	return o.freshOpen[group], nil
+	return o.freshOpen.opens(group, pos), nil
 }
 
-// openGroups returns which groups of a plan are open.
-func openGroups(plan []*Group) map[string]bool {
-	out := make(map[string]bool, len(plan))
+// openness is which groups a plan opens. Its own groups are open as it says. A group it does not
+// have, one whose pods are gated but that has no tracked member (pods are never members: a bare
+// pod, the pods of a controller wavegate does not track), opens as an empty group at its pods'
+// order would: once every group of the plan before it is released, and every group its policy
+// requires before it has members. Such a group holds up no later group: nothing tells when pods
+// that are not members are done.
+//
+// The zero value opens nothing.
+type openness struct {
+	groups map[string]bool
+	// others is whether a group outside the plan may open at all.
+	others bool
+	// blocked is true when the plan has a group that is not released: untilOrder and untilName are
+	// its first, and only groups that sort before it (by order, then name, as the plan sorts) open.
+	blocked    bool
+	untilOrder int32
+	untilName  string
+}
+
+// openGroups returns which groups of a plan are open, and which groups outside it would be.
+func openGroups(plan []*Group) openness {
+	out := openness{groups: make(map[string]bool, len(plan)), others: true}
 	for _, g := range plan {
-		out[g.Name] = g.Open
+		out.groups[g.Name] = g.Open
+		if !g.Released && !out.blocked {
+			out.blocked, out.untilOrder, out.untilName = true, g.Order, g.Name
+		}
 	}
 	return out
+}
+
+// closed is the same plan opening nothing: no group of it, and no group outside it (a sequence
+// whose members have not settled yet).
+func (s openness) closed() openness {
+	out := openness{groups: make(map[string]bool, len(s.groups))}
+	for g := range s.groups {
+		out.groups[g] = false
+	}
+	return out
+}
+
+// opens reports whether the pods of a group may go. pos is asked only for a group outside the
+// plan; nil: such a group is closed (a wait Job's group must be the plan's).
+func (s openness) opens(group string, pos func() podGroup) bool {
+	if open, ok := s.groups[group]; ok || pos == nil || !s.others {
+		return open
+	}
+	p := pos()
+	for _, r := range p.requires {
+		if _, ok := s.groups[r]; !ok {
+			// A required group the plan does not have has no members yet: it is not released.
+			return false
+		}
+	}
+	return !s.blocked || p.order < s.untilOrder || p.order == s.untilOrder && group < s.untilName
+}
+
+// podGroup is where the group of a gated pod stands in its sequence when the plan does not have
+// the group: its pods' group order, and the groups their policy requires before that order.
+type podGroup struct {
+	order    int32
+	requires []string
 }

@@ -192,7 +192,7 @@ func TestStartAndArmJobs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reads := 0
-			gate := newOpener(cached, func() (map[string]bool, error) { reads++; return tc.fresh, nil })
+			gate := newOpener(openGroups(cached), func() (openness, error) { reads++; return opens(tc.fresh), nil })
 			got, err := armJobs(cached, gate, tc.unarmed)
 			if err != nil {
 				t.Fatal(err)

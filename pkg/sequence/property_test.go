@@ -3,6 +3,7 @@ package sequence
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,7 +122,7 @@ func (w *simWorld) reconcile(t *testing.T) {
 	}
 	cachePlan := w.plan(view)
 	var during []*simPod
-	gate := newOpener(cachePlan, func() (map[string]bool, error) {
+	gate := newOpener(openGroups(cachePlan), func() (openness, error) {
 		open := openGroups(w.plan(w.snapshot()))
 		for range w.rng.IntN(3) {
 			during = append(during, w.admit())
@@ -148,7 +149,9 @@ func (w *simWorld) reconcile(t *testing.T) {
 			continue
 		}
 		name := w.groups[p.group]
-		if release, _ := gate.Open(name); release {
+		// A group without members (none yet, or none any more) is not in the plans: its pods go as
+		// an empty group's at their order would.
+		if release, _ := gate.OpenPods(name, func() podGroup { return w.position(p.group) }); release {
 			w.checkRelease(t, p)
 			p.gated = false
 			u.releasing(name, p.template)
@@ -191,11 +194,33 @@ func (w *simWorld) admit() *simPod {
 	return &simPod{group: g, template: tpl, gated: !seen[w.groups[g]][tpl]}
 }
 
-// checkRelease asserts the promise against the world as it is when the pod is released.
+// position is where a group stands for its pods when no member has it (podGroup): its order and the
+// groups its policy requires before it.
+func (w *simWorld) position(group int) podGroup {
+	pg := podGroup{order: w.orders[group]}
+	if _, ok := w.idx.Group(w.groups[group]); ok {
+		for _, g := range w.idx.PolicyGroups("p") {
+			if g.Required && g.Order < pg.order {
+				pg.requires = append(pg.requires, g.Name)
+			}
+		}
+	}
+	return pg
+}
+
+// checkRelease asserts the promise against the world as it is when the pod is released: every
+// earlier group is released, and every group the pod's policy requires before it has members.
 func (w *simWorld) checkRelease(t *testing.T, p *simPod) {
 	t.Helper()
 	w.releases++
-	for _, g := range w.plan(w.snapshot()) {
+	plan := w.plan(w.snapshot())
+	for _, r := range w.position(p.group).requires {
+		if !slices.ContainsFunc(plan, func(g *Group) bool { return g.Name == r }) {
+			t.Fatalf("%s: pod of group %s (template %s) released while the required group %s has no members",
+				w.seq, w.groups[p.group], p.template, r)
+		}
+	}
+	for _, g := range plan {
 		if g.Order >= w.orders[p.group] {
 			break
 		}

@@ -5,6 +5,7 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -68,6 +69,20 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 				Terminating: n, Held: td.Held[name], Resources: td.Resources[name], Message: "being deleted"})
 		}
 	}
+	// Groups of gated pods that no tracked member has (a bare pod, an untracked controller's) are
+	// not planned either: they are reported while their pods wait, and are not released until then.
+	for _, name := range slices.Sorted(maps.Keys(u.podsOnly)) {
+		if i := slices.IndexFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }); i >= 0 {
+			groups[i].GatedPods = u.gated[name]
+			continue
+		}
+		pg := u.podsOnly[name]
+		gs := wavev1.GroupStatus{Name: name, Order: pg.order, Phase: wavev1.GroupPending, GatedPods: u.gated[name],
+			Message: podsOnlyMessage(plan, name, pg)}
+		groups = append(groups, gs)
+		summary = append(summary, fmt.Sprintf("%s %d/%d %s", name, gs.Ready, gs.Members, gs.Phase))
+		allReleased = false
+	}
 	sort.SliceStable(groups, func(i, j int) bool { return groups[i].Order < groups[j].Order })
 	seqObj.Status.Groups = groups
 	waiting, held := 0, int32(0)
@@ -77,6 +92,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 			waiting++
 		}
 		held += g.Held
+	}
+	for _, g := range before.Status.Groups {
+		if !slices.ContainsFunc(groups, func(cur wavev1.GroupStatus) bool { return cur.Name == g.Name }) {
+			// A group no longer reported (its pods released, its members gone) counts no gated pod.
+			metrics.GatedPods.DeleteLabelValues(seq, g.Name)
+		}
 	}
 	metrics.GroupsWaiting.WithLabelValues(seq).Set(float64(waiting))
 	metrics.TeardownHolds.WithLabelValues(seq).Set(float64(held))
@@ -207,6 +228,27 @@ func clearedTemplates(lists ...[]string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// podsOnlyMessage says what the gated pods of a group without members wait for: the first group of
+// the plan before theirs that is not released, or a group their policy requires that has no
+// members yet.
+func podsOnlyMessage(plan []*Group, name string, pg podGroup) string {
+	const what = "no tracked member (pods are not members)"
+	for _, g := range plan {
+		if g.Order > pg.order || g.Order == pg.order && g.Name > name {
+			break
+		}
+		if !g.Released {
+			return fmt.Sprintf("%s; its pods wait for group %s", what, g.Name)
+		}
+	}
+	for _, r := range pg.requires {
+		if !slices.ContainsFunc(plan, func(g *Group) bool { return g.Name == r }) {
+			return fmt.Sprintf("%s; its pods wait for group %s, which is required and has no members yet", what, r)
+		}
+	}
+	return what + "; its pods wait for the members to settle"
 }
 
 // terminatingOrder is the order a group had in the last status.

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
+	"wavegate.io/wavegate/pkg/resolve"
 	"wavegate.io/wavegate/pkg/teardown"
 )
 
@@ -54,6 +57,9 @@ type ungated struct {
 	running map[string][]string
 	// pods are the cached pods to release.
 	pods []*corev1.Pod
+	// podsOnly are the groups of still gated pods that the cache's plan does not have (no tracked
+	// member), and where they stand: the status counts their gated pods too.
+	podsOnly map[string]podGroup
 	// joins tells the namespaces whose pods are the sequence's.
 	joins func(namespace string) bool
 }
@@ -86,6 +92,43 @@ type freshView struct {
 	scope *scope
 	// members reads the sequence's members (Tracker.FreshMembers when nil; tests replace it).
 	members func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error)
+	// positions remembers podGroup per pod for the reconcile.
+	positions map[types.UID]podGroup
+}
+
+// podGroup tells where a gated pod's group stands when no tracked member has it (a bare pod, a
+// pod of a controller wavegate does not track): at the group order of the pod's labels, resolved
+// as any object's, with the groups its policy requires before it. Labels that no longer resolve
+// (a policy changed since) fall back on the group order admission resolved and stamped on the pod
+// when it gated it, and failing that the pod comes after every group: it never goes early, and
+// goes once every group of its sequence is released. Pure and from memory: no API call per pod.
+func (f *freshView) podGroup(ctx context.Context, p *corev1.Pod) podGroup {
+	if pg, ok := f.positions[p.UID]; ok {
+		return pg
+	}
+	var nsLabels map[string]string
+	if f.scope != nil {
+		nsLabels = f.scope.Labels(ctx, p.Namespace)
+	}
+	pg := podGroup{order: math.MaxInt32}
+	if res, errs := resolve.Resolve(resolve.Object{Namespace: p.Namespace, NamespaceLabels: nsLabels, Labels: p.Labels}, f.idx); res != nil && len(errs) == 0 {
+		pg.order = res.GroupOrder
+		if res.Policy != nil {
+			// As Plan does for a group with members: the policy's required groups before it.
+			for _, g := range f.idx.PolicyGroups(res.Policy.Policy) {
+				if g.Required && g.Order < res.GroupOrder {
+					pg.requires = append(pg.requires, g.Name)
+				}
+			}
+		}
+	} else if n, err := strconv.ParseInt(p.Annotations[keys.ResolvedGroupOrderAnnotation], 10, 32); err == nil {
+		pg.order = int32(n)
+	}
+	if f.positions == nil {
+		f.positions = map[types.UID]podGroup{}
+	}
+	f.positions[p.UID] = pg
+	return pg
 }
 
 // joins reports whether a namespace's pods may be the sequence's (policy.Index.MayJoin).
@@ -99,7 +142,7 @@ func (f *freshView) joins(ctx context.Context) func(namespace string) bool {
 	}
 }
 
-func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
+func (f *freshView) plan(ctx context.Context) (openness, error) {
 	// A sequence that no policy shares has members only in its own namespace: the read stays there
 	// (one LIST per namespaced kind in one namespace, instead of every labeled object everywhere).
 	ns := f.idx.MemberNamespace(f.seq)
@@ -109,11 +152,11 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	}
 	objs, err := read(ctx, f.seq, ns)
 	if err != nil {
-		return nil, err
+		return openness{}, err
 	}
 	jobs, err := f.r.waitJobs(ctx, f.seq)
 	if err != nil {
-		return nil, err
+		return openness{}, err
 	}
 	ms := make([]Member, 0, len(objs))
 	for _, o := range objs {
@@ -126,17 +169,24 @@ func (f *freshView) plan(ctx context.Context) (map[string]bool, error) {
 	}
 	succeeded, err := f.r.succeededWaiters(ctx, f.seq, jobs)
 	if err != nil {
-		return nil, err
+		return openness{}, err
 	}
 	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace)), nil
 }
 
 // ungate decides which gated pods of the sequence to release, through the opener: a lagging cache
-// (an earlier group's objects created a moment before the pods) never releases a pod early. On an
-// error it returns what it decided so far.
+// (an earlier group's objects created a moment before the pods) never releases a pod early. A pod
+// whose group has no tracked member goes as a pod of an empty group at its order would (openness).
+// On an error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
 	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{},
-		joins: fresh.joins(ctx)}
+		podsOnly: map[string]podGroup{}, joins: fresh.joins(ctx)}
+	stillGated := func(group string, p *corev1.Pod) {
+		out.gated[group]++
+		if _, ok := out.podsOnly[group]; !ok && !gate.Planned(group) {
+			out.podsOnly[group] = fresh.podGroup(ctx, p)
+		}
+	}
 	var candidates []*corev1.Pod
 	now := r.now()
 	r.recent.expire(now)
@@ -153,8 +203,8 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 			continue
 		}
 		group := p.Labels[keys.GroupLabel]
-		if !gate.CachedOpen(group) {
-			out.gated[group]++
+		if !gate.CachedOpenPods(group, func() podGroup { return fresh.podGroup(ctx, p) }) {
+			stillGated(group, p)
 			continue
 		}
 		candidates = append(candidates, p)
@@ -164,12 +214,12 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 	}
 	for _, p := range candidates {
 		group := p.Labels[keys.GroupLabel]
-		open, err := gate.Open(group)
+		open, err := gate.OpenPods(group, func() podGroup { return fresh.podGroup(ctx, p) })
 		if err != nil {
 			return out, err
 		}
 		if !open {
-			out.gated[group]++
+			stillGated(group, p)
 			continue
 		}
 		out.pods = append(out.pods, p)

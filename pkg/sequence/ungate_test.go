@@ -63,17 +63,17 @@ func TestUngateReleasesCachedPodsAndStragglers(t *testing.T) {
 	plan := []*Group{{Name: "web", Open: true}, {Name: "db"}}
 	// The consistent read: the members' plan is given; pods created meanwhile reach the cache.
 	reads := 0
-	gate := newOpener(plan, func() (map[string]bool, error) {
+	gate := newOpener(openGroups(plan), func() (openness, error) {
 		reads++
 		for _, p := range []*corev1.Pod{unread, unreadSame, unreadNew, unreadOtherGroup} {
 			if err := api.Create(ctx, p.DeepCopy()); err != nil {
-				return nil, err
+				return openness{}, err
 			}
 			if err := cache.Create(ctx, p.DeepCopy()); err != nil {
-				return nil, err
+				return openness{}, err
 			}
 		}
-		return map[string]bool{"web": true}, nil
+		return opens(map[string]bool{"web": true}), nil
 	})
 	u, err := r.ungate(ctx, cachedPods(t, r), gate, fresh)
 	if err != nil {
@@ -172,7 +172,7 @@ func TestOpener(t *testing.T) {
 				plan = append(plan, &Group{Name: g, Open: open})
 			}
 			reads := 0
-			o := newOpener(plan, func() (map[string]bool, error) { reads++; return c.freshOpen, nil })
+			o := newOpener(openGroups(plan), func() (openness, error) { reads++; return opens(c.freshOpen), nil })
 			for _, s := range c.steps {
 				got, err := o.Open(s.group)
 				if err != nil {
@@ -188,6 +188,9 @@ func TestOpener(t *testing.T) {
 		})
 	}
 }
+
+// opens is a consistent read that opens exactly these groups, and no group outside them.
+func opens(groups map[string]bool) openness { return openness{groups: groups} }
 
 // listFrom lists from a lagging cache and does everything else on the API server.
 // cachedPods are the pods of the "shop" sequence that a reconcile lists from its cache.
@@ -227,9 +230,9 @@ func TestReleasedPodsAreNotPatchedTwice(t *testing.T) {
 	ctx := context.Background()
 	reads := 0
 	for pass := range 2 {
-		gate := newOpener([]*Group{{Name: "web", Open: true}}, func() (map[string]bool, error) {
+		gate := newOpener(openGroups([]*Group{{Name: "web", Open: true}}), func() (openness, error) {
 			reads++
-			return map[string]bool{"web": true}, nil
+			return opens(map[string]bool{"web": true}), nil
 		})
 		u, err := r.ungate(ctx, cachedPods(t, r), gate, &freshView{r: r, seq: "shop"})
 		if err != nil {
@@ -287,8 +290,8 @@ func TestReleaseTakesStragglersSeenMeanwhile(t *testing.T) {
 		}
 		return got
 	}
-	u, err := r.ungate(ctx, cachedPods(t, r), newOpener([]*Group{{Name: "web", Open: true}}, func() (map[string]bool, error) {
-		return map[string]bool{"web": true}, nil
+	u, err := r.ungate(ctx, cachedPods(t, r), newOpener(openGroups([]*Group{{Name: "web", Open: true}}), func() (openness, error) {
+		return opens(map[string]bool{"web": true}), nil
 	}), &freshView{r: r, seq: "shop"})
 	if err != nil {
 		t.Fatal(err)
@@ -343,8 +346,8 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 	if diff := cmp.Diff([]string{"tenant/intruder-1", "tenant/intruder-2"}, names(strangers)); diff != "" {
 		t.Errorf("strangers (-want +got):\n%s", diff)
 	}
-	u, err := r.ungate(ctx, pods, newOpener([]*Group{{Name: "web", Open: false}}, func() (map[string]bool, error) {
-		return map[string]bool{}, nil
+	u, err := r.ungate(ctx, pods, newOpener(openGroups([]*Group{{Name: "web", Open: false}}), func() (openness, error) {
+		return opens(map[string]bool{}), nil
 	}), fresh)
 	if err != nil {
 		t.Fatal(err)

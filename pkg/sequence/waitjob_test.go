@@ -184,7 +184,7 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 		}
 		states := jobStates(jobs.Items, nil)
 		plan := Plan("shop", members, nil, states, "wavegate-system")
-		gate := newOpener(plan, func() (map[string]bool, error) { reads++; return openGroups(plan), nil })
+		gate := newOpener(openGroups(plan), func() (openness, error) { reads++; return openGroups(plan), nil })
 		if read {
 			if _, err := gate.Open("db"); err != nil { // the pass released pods
 				t.Fatal(err)
@@ -297,7 +297,7 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 	if !plan[0].Open || plan[0].JobState != JobRunning || !plan[1].Prestart {
 		t.Fatalf("plan: %+v, %+v; want db open with its Job running, web prestarted", plan[0], plan[1])
 	}
-	gate := newOpener(plan, func() (map[string]bool, error) { return openGroups(plan), nil })
+	gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
 	if _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
 		t.Fatal(err)
 	}
