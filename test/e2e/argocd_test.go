@@ -48,11 +48,18 @@ func TestArgoCDAppDeletionFollowsLiveWaves(t *testing.T) {
 		}
 	}
 	collect(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, "widgets")
+	collect(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, "widgets")
+	collect(schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, "widgets")
+	collect(schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, "widgets")
 	collect(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, "widgets")
 	collect(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "")
 	sort.SliceStable(objs, func(i, j int) bool { return objs[i].wave > objs[j].wave })
-	g.Expect(objs).To(HaveLen(4))
-	g.Expect([]int{objs[0].wave, objs[1].wave, objs[2].wave, objs[3].wave}).To(Equal([]int{200, 200, 100, 0}))
+	waves := make([]int, len(objs))
+	for i, o := range objs {
+		waves[i] = o.wave
+	}
+	// The Widgets; the operator's Deployment, ServiceAccount, Role and binding; the CRD.
+	g.Expect(waves).To(Equal([]int{200, 200, 100, 100, 100, 100, 0}))
 
 	fg := metav1.DeletePropagationForeground
 	for i := 0; i < len(objs); {
