@@ -232,7 +232,8 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	return t.refresh(ctx, false)
 }
 
-// refresh is Refresh; relist first stops every informer, so that all of them list again.
+// refresh is Refresh; relist first stops the informers of the policies' group labels, so that they
+// all list again (those of a label being drained are kept).
 func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 	t.refreshing.Lock()
 	defer t.refreshing.Unlock()

@@ -61,8 +61,14 @@ func admit(t *testing.T, obj runtime.Object, gk schema.GroupKind, idx *policy.In
 		t.Fatal(err)
 	}
 	resp := Mutate(parse(t, raw, gk), Request{GroupKind: gk, Namespace: "shop"}, idx)
+	return resp, applied(t, raw, resp)
+}
+
+// applied returns raw with the response's patch applied (raw itself when it has none).
+func applied(t *testing.T, raw []byte, resp admission.Response) []byte {
+	t.Helper()
 	if len(resp.Patches) == 0 {
-		return resp, raw
+		return raw
 	}
 	patch, err := json.Marshal(resp.Patches)
 	if err != nil {
@@ -76,7 +82,7 @@ func admit(t *testing.T, obj runtime.Object, gk schema.GroupKind, idx *policy.In
 	if err != nil {
 		t.Fatalf("applying %s: %v", patch, err)
 	}
-	return resp, out
+	return out
 }
 
 func parse(t *testing.T, raw []byte, gk schema.GroupKind) *partialObject {
@@ -422,17 +428,7 @@ func TestTeardownFinalizer(t *testing.T) {
 			raw, _ := json.Marshal(tc.obj)
 			req := Request{GroupKind: tc.gk, Namespace: "shop", Permissions: tc.perms, Gates: nil}
 			resp := Mutate(parse(t, raw, tc.gk), req, tc.idx)
-			out := raw
-			if len(resp.Patches) > 0 {
-				patch, _ := json.Marshal(resp.Patches)
-				p, err := jsonpatch.DecodePatch(patch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if out, err = p.Apply(raw); err != nil {
-					t.Fatal(err)
-				}
-			}
+			out := applied(t, raw, resp)
 			o := parse(t, out, tc.gk)
 			if diff := cmp.Diff(tc.want, o.Finalizers); diff != "" {
 				t.Errorf("finalizers (-want,+got):\n%s", diff)
@@ -470,15 +466,10 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	raw, _ = json.Marshal(bare)
 	req := Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true}
 	resp = Mutate(parse(t, raw, podGK), req, idx)
-	patch, _ := json.Marshal(resp.Patches)
-	p, err := jsonpatch.DecodePatch(patch)
-	if err != nil {
-		t.Fatal(err)
+	if len(resp.Patches) == 0 {
+		t.Fatal("the bare pod was not patched")
 	}
-	out, err := p.Apply(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := applied(t, raw, resp)
 	got := &corev1.Pod{}
 	if err := json.Unmarshal(out, got); err != nil {
 		t.Fatal(err)
@@ -614,17 +605,7 @@ func TestLeavingTheGroupReleasesTheFinalizer(t *testing.T) {
 			if !resp.Allowed {
 				t.Fatalf("denied: %v", resp.Result)
 			}
-			out := raw
-			if len(resp.Patches) > 0 {
-				patch, _ := json.Marshal(resp.Patches)
-				p, err := jsonpatch.DecodePatch(patch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if out, err = p.Apply(raw); err != nil {
-					t.Fatalf("applying %s: %v", patch, err)
-				}
-			}
+			out := applied(t, raw, resp)
 			o := parse(t, out, gk)
 			want := tc.want
 			if len(want) == 0 {
@@ -760,17 +741,7 @@ func TestUntrackedKindsAreNamed(t *testing.T) {
 			if diff := cmp.Diff(tc.wantWarnings, resp.Warnings); diff != "" {
 				t.Errorf("warnings (-want,+got):\n%s", diff)
 			}
-			out := raw
-			if len(resp.Patches) > 0 {
-				patch, _ := json.Marshal(resp.Patches)
-				p, err := jsonpatch.DecodePatch(patch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if out, err = p.Apply(raw); err != nil {
-					t.Fatalf("applying %s: %v", patch, err)
-				}
-			}
+			out := applied(t, raw, resp)
 			if diff := cmp.Diff(tc.wantFinalizers, parse(t, out, tc.gk).Finalizers); diff != "" {
 				t.Errorf("finalizers (-want,+got):\n%s", diff)
 			}

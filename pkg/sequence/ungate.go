@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -305,11 +306,12 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*core
 	}
 	// A pod whose namespace may no longer join the sequence (a policy stopped sharing it) is not
 	// ordered any more; nor is one that gated itself with wavegate's gate in a sequence it may not
-	// join: nothing else would ever release them.
+	// join: nothing else would ever release them. A failure there is logged, never returned: another
+	// namespace's pod must not stop this sequence's pass.
 	for _, p := range strangers {
 		if HasGate(p) && p.DeletionTimestamp == nil {
-			if err := r.removeGate(ctx, p); err != nil {
-				return err
+			if err := r.removeGate(ctx, p); client.IgnoreNotFound(err) != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Releasing a pod of a namespace that may not join the sequence", "pod", klog.KObj(p))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -367,5 +368,23 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 		if want := p == own; HasGate(got) != want {
 			t.Errorf("%s gated = %v, want %v", p.Name, HasGate(got), want)
 		}
+	}
+}
+
+// TestAStrangersPodDoesNotStopThePass: releasing a pod of a namespace that may not join the
+// sequence can fail (the tenant's pod is gone, or its namespace refuses the write); that is
+// logged, and the sequence's own pass goes on.
+func TestAStrangersPodDoesNotStopThePass(t *testing.T) {
+	ctx := context.Background()
+	stranger := gatedPod("intruder", "web", "b")
+	stranger.Namespace, stranger.Labels[keys.SequenceLabel] = "tenant", "shop"
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(stranger).Build(), interceptor.Funcs{
+		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+			return errors.New("refused")
+		},
+	})
+	r := &Reconciler{Client: c}
+	if err := r.releaseOutside(ctx, nil, []*corev1.Pod{stranger}, nil, newScope(c, "wavegate-system")); err != nil {
+		t.Errorf("releaseOutside = %v, want nil: another namespace's pod must not stop the sequence's pass", err)
 	}
 }

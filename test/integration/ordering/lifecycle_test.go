@@ -24,6 +24,12 @@ import (
 // releaseAll drives an installed app to fully released.
 func releaseAll(t *testing.T, a *app) {
 	t.Helper()
+	releaseAllUntil(t, a, "database 1/1 Released, migrate 1/1 Released, web 1/1 Released")
+}
+
+// releaseAllUntil releases the app's groups one after the other, then waits for the summary.
+func releaseAllUntil(t *testing.T, a *app, summary string) {
+	t.Helper()
 	eventuallyUngated(t, a.dbPod)
 	markStatefulSetReady(t, a.db)
 	eventuallyUngated(t, a.migPod)
@@ -31,7 +37,7 @@ func releaseAll(t *testing.T, a *app) {
 	eventuallyUngated(t, a.webPod)
 	markDeploymentReady(t, a.web)
 	NewWithT(t).Eventually(func(g Gomega) string { return sequenceStatus(g, a.ns).Status.Summary }).WithTimeout(timeout).
-		Should(Equal("database 1/1 Released, migrate 1/1 Released, web 1/1 Released"))
+		Should(Equal(summary))
 }
 
 func TestUpgradeOrder(t *testing.T) {
@@ -300,14 +306,7 @@ func TestPrunedMemberDoesNotStallLaterGroups(t *testing.T) {
 	a := installApp(t)
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: a.ns, Labels: member("database", 1)}}
 	g.Expect(env.Client.Create(ctx, settings)).To(Succeed())
-	eventuallyUngated(t, a.dbPod)
-	markStatefulSetReady(t, a.db)
-	eventuallyUngated(t, a.migPod)
-	markJobComplete(t, a.migrate)
-	eventuallyUngated(t, a.webPod)
-	markDeploymentReady(t, a.web)
-	g.Eventually(func(g Gomega) string { return sequenceStatus(g, a.ns).Status.Summary }).WithTimeout(timeout).
-		Should(Equal("database 2/2 Released, migrate 1/1 Released, web 1/1 Released"))
+	releaseAllUntil(t, a, "database 2/2 Released, migrate 1/1 Released, web 1/1 Released")
 
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(settings), settings)).To(Succeed())
 	g.Expect(settings.Finalizers).To(ContainElement(keys.TeardownFinalizer))

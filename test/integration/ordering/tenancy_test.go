@@ -231,13 +231,7 @@ func TestForgedWaitJobGetsNoAccessElsewhere(t *testing.T) {
 		{GVR: configMaps, Namespace: victim, Name: "theirs"},
 		{GVR: configMaps, Name: "everyone's"},
 	}}
-	forged := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: tenant,
-			Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: tenant}},
-		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
-	}
+	forged := forgedWaitJob(tenant, args)
 	// Every Role and RoleBinding written in the victim's namespace, and every waiter ClusterRole,
 	// from before the Job. The victim's namespace has its own waiter's Role (without rules while
 	// it runs no wait Job): it must neither gain rules nor be bound to the tenant's waiter.
@@ -379,13 +373,7 @@ func TestTenantWaitersReadNothingClusterWideButStorageClasses(t *testing.T) {
 	nodes, clusterRoleBindings, clusterRoles := gvr("", "nodes"), gvr(rbacv1.GroupName, "clusterrolebindings"), gvr(rbacv1.GroupName, "clusterroles")
 	args := waiter.Args{Sequence: owner, Group: "rbac", Members: []waiter.Member{
 		{GVR: nodes, Name: "node-0"}, {GVR: clusterRoleBindings, Name: "cluster-admin"}, {GVR: clusterRoles, Name: operator.Name}}}
-	forged := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: owner,
-			Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: owner}},
-		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
-	}
+	forged := forgedWaitJob(owner, args)
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, forged) })
 	// wavegate deletes the forged Job (no group of the sequence has it), maybe before the
 	// waiter-RBAC controller has seen it: the tenant creates it again until its namespace's Role
@@ -448,5 +436,17 @@ watching:
 		for _, r := range []schema.GroupVersionResource{nodes, clusterRoleBindings, clusterRoles} {
 			g.Expect(may(g, ns, r)).To(BeFalse(), "the waiter of tenant %s may list %s", ns, r.Resource)
 		}
+	}
+}
+
+// forgedWaitJob is a Job a tenant writes in its namespace to look like a wait Job of sequence seq
+// (the namespace's own), suspended, whose waiter would watch args' members.
+func forgedWaitJob(seq string, args waiter.Args) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: seq,
+			Labels: map[string]string{keys.WaitJobLabel: "true", keys.WaitSequenceLabel: seq}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
 	}
 }
