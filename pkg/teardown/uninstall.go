@@ -48,8 +48,11 @@ func (u *Uninstall) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(u.Out, "deleted webhook configurations %s\n", strings.Join(u.WebhookConfigurations, ", "))
 
-	// Every kind (pods for their gates, and any kind an older wavegate may have finalized).
-	kinds, err := members.DiscoverAll(u.Discovery, "list", "patch")
+	// Every kind (pods for their gates, and any kind an older wavegate may have finalized). Not only
+	// those discovery says can be patched: the custom resources of a CRD being deleted are served
+	// without patch in discovery, yet their finalizers can (and must) be removed, else the CRD stays
+	// terminating for good. A kind that truly refuses patches holds no finalizer of ours.
+	kinds, err := members.DiscoverAll(u.Discovery, "list")
 	if err != nil {
 		return err
 	}

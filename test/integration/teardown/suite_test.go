@@ -74,30 +74,36 @@ func installWidgetCRD() error {
 		kind  string
 		scope apiextensionsv1.ResourceScope
 	}{{widgets, "Widget", apiextensionsv1.NamespaceScoped}, {gadgets, "Gadget", apiextensionsv1.ClusterScoped}} {
-		crd := &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: k.gvr.Resource + "." + k.gvr.Group},
-			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-				Group: k.gvr.Group, Scope: k.scope,
-				Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: k.gvr.Resource, Singular: strings.ToLower(k.kind), Kind: k.kind, ListKind: k.kind + "List"},
-				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: k.gvr.Version, Served: true, Storage: true,
-					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-			},
-		}
-		if err := env.Client.Create(context.Background(), crd); err != nil {
+		if err := installCRD(k.gvr, k.kind, k.scope); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// installCRD installs a schemaless CRD and waits until its resource is served.
+func installCRD(gvr schema.GroupVersionResource, kind string, scope apiextensionsv1.ResourceScope) error {
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: gvr.Resource + "." + gvr.Group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: gvr.Group, Scope: scope,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: gvr.Resource, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: gvr.Version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+		},
+	}
+	if err := env.Client.Create(context.Background(), crd); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		_, err1 := dyn.Resource(widgets).List(context.Background(), metav1.ListOptions{})
-		_, err2 := dyn.Resource(gadgets).List(context.Background(), metav1.ListOptions{})
-		if err1 == nil && err2 == nil {
+		if _, err := dyn.Resource(gvr).List(context.Background(), metav1.ListOptions{}); err == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("the Widget and Gadget CRDs were not served in time")
+	return fmt.Errorf("the %s CRD was not served in time", kind)
 }
 
 // runOperator is the stand-in operator, as strict as a real one: it works only while one of its pods

@@ -7,7 +7,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -22,6 +26,8 @@ import (
 // With members holding the finalizer and a pod still gated, wavegate is stopped and uninstalled
 // (`wavegate uninstall`); then deleting everything leaves nothing behind wavegate's finalizer, and
 // no pod waits on a gate that nobody will remove.
+var sprockets = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "sprockets"}
+
 func TestUninstallingWavegateFirstStrandsNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -34,8 +40,30 @@ func TestUninstallingWavegateFirstStrandsNothing(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "web"}}}}
 	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
 	g.Expect(pod.Spec.SchedulingGates).NotTo(BeEmpty())
+	// A custom resource whose CRD is deleted while it holds the finalizer: the CRD stays
+	// terminating, and discovery no longer advertises patch for its resource (the API server still
+	// serves it, for finalizers to be removed).
+	g.Expect(installCRD(sprockets, "Sprocket", apiextensionsv1.NamespaceScoped)).To(Succeed())
+	sprocket := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Sprocket",
+		"metadata": map[string]any{"name": "s", "namespace": ns, "finalizers": []any{keys.TeardownFinalizer},
+			"labels": map[string]any{keys.GroupLabel: "db", keys.GroupOrderLabel: "1"}}}}
+	_, err := dyn.Resource(sprockets).Namespace(ns).Create(ctx, sprocket, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
 
 	mgr.Stop()
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "sprockets.example.com"}}
+	g.Expect(env.Client.Delete(ctx, crd)).To(Succeed())
+	disc := discovery.NewDiscoveryClientForConfigOrDie(env.Config)
+	g.Eventually(func(g Gomega) []string {
+		l, err := disc.ServerResourcesForGroupVersion("example.com/v1")
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, r := range l.APIResources {
+			if r.Name == "sprockets" {
+				return r.Verbs
+			}
+		}
+		return nil
+	}).WithTimeout(timeout).ShouldNot(Or(BeEmpty(), ContainElement("patch")))
 	out := &bytes.Buffer{}
 	u := &teardown.Uninstall{
 		Kube: kubernetes.NewForConfigOrDie(env.Config), Metadata: metadata.NewForConfigOrDie(env.Config),
@@ -45,6 +73,8 @@ func TestUninstallingWavegateFirstStrandsNothing(t *testing.T) {
 	}
 	g.Expect(u.Run(ctx)).To(Succeed())
 	g.Expect(out.String()).To(MatchRegexp(`removed \d+ teardown finalizers and 1 scheduling gates`))
+	g.Eventually(func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd) }).WithTimeout(timeout).
+		Should(Satisfy(apierrors.IsNotFound), "the terminating CRD is stuck on its custom resource's finalizer")
 
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
 	g.Expect(pod.Spec.SchedulingGates).To(BeEmpty())
