@@ -4,13 +4,17 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -133,3 +137,101 @@ spec:
 }
 
 func gated(p corev1.Pod) bool { return sequence.HasGate(&p) }
+
+// TestEvictedWaiterIsReplaced: a group's waiter pod evicted while it waits (a node drain) is
+// replaced by the real Job controller without counting as a failure (the wait Job's pod failure
+// policy ignores DisruptionTarget), and the new waiter releases the next group once the group is
+// ready. The local cluster's pod runner plays the kubelet: it stops the evicted waiter with SIGTERM,
+// reports its exit with the eviction's condition kept, then removes the pod.
+func TestEvictedWaiterIsReplaced(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "evict"
+	ready := filepath.Join(t.TempDir(), "ready")
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: setup, namespace: %[1]s, labels: {wavegate.io/group: setup, wavegate.io/group-order: "1"}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      # The local cluster's pod runner runs this pod's command for real: it completes once the test
+      # creates the file.
+      labels: {dev.wavegate.io/exec: "true"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: setup, image: setup:1, command: [sh, -c, "until [ -e %[2]s ]; do sleep 0.2; done"]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: %[1]s, labels: {wavegate.io/group: app, wavegate.io/group-order: "2"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: app, image: app:1}]
+`, ns, ready)
+	path := writeTemp(t, manifest)
+	run(t, "apply", "-f", path)
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run() })
+
+	// The setup group's waiter is running: it waits for the Job, which waits for the file.
+	waiterPod := func(g Gomega) corev1.Pod {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=setup"})
+		g.Expect(err).NotTo(HaveOccurred())
+		var running []corev1.Pod
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				running = append(running, p)
+			}
+		}
+		g.Expect(running).To(HaveLen(1))
+		return running[0]
+	}
+	var first corev1.Pod
+	g.Eventually(func(g Gomega) { first = waiterPod(g) }).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	job := first.Labels["job-name"]
+	g.Expect(job).NotTo(BeEmpty())
+
+	g.Expect(cs.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: ns}})).To(Succeed())
+	// A new waiter replaces it; the Job neither failed nor counted the eviction.
+	g.Eventually(func(g Gomega) {
+		g.Expect(waiterPod(g).UID).NotTo(Equal(first.UID))
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Eventually(func() (*corev1.Pod, error) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, first.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return p, err
+	}).WithTimeout(time.Minute).Should(BeNil(), "the evicted waiter pod was never removed")
+	// Still gated: the setup Job has not completed.
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).NotTo(BeEmpty())
+	for _, p := range pods.Items {
+		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released before the setup group was ready", p.Name)
+	}
+
+	g.Expect(os.WriteFile(ready, nil, 0o600)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		j, err := cs.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(sequence.StateOf(j)).To(Equal(sequence.JobComplete))
+		g.Expect(j.Status.Failed).To(BeZero(), "the eviction counted as a failure of the waiter")
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			g.Expect(gated(p)).To(BeFalse())
+		}
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+}

@@ -58,10 +58,8 @@ for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat
 done
 for f in pod-ready pod-complete pod-delete; do
 	echo "---"
-	if [ "$f" = pod-delete ]; then
-		cat "$kwok_src/kustomize/stage/pod/fast/$f.yaml" # deleted wait-Job pods are removed like any other
-		continue
-	fi
+	# Deleted wait-Job pods too: the pod runner stops their process, reports its exit, then removes
+	# them, as a kubelet does (kwok would remove them at once, without an exit).
 	awk '{print} /^    matchExpressions:$/ {
 		print "    - key: \x27.metadata.labels[\"wavegate.io/wait-job\"]\x27"
 		print "      operator: \x27DoesNotExist\x27"

@@ -15,6 +15,13 @@
 // the evented PLEG is alpha and off by default). Reporting it at once would make this stand-in
 // faster than the kubelet it plays, and anything waiting for a wait-Job pod's exit look faster
 // than on a real node.
+//
+// A pod being deleted (its Job deleted, an eviction, a namespace deletion) ends as on a kubelet:
+// its process gets SIGTERM, and SIGKILL after the pod's grace period; its exit is reported (a
+// terminal phase, the exit code, 128 + the signal for a process a signal ended), keeping the
+// conditions others wrote (an eviction's DisruptionTarget, which the Job controller's pod failure
+// policy reads); then the pod is deleted for good. kwok's own pod-delete stage leaves these pods
+// to it (kwokctl-config.sh): it would remove them at once, before any exit is reported.
 package main
 
 import (
@@ -32,7 +39,9 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -89,7 +98,16 @@ type runner struct {
 	kubectl string
 	logs    string
 	mu      sync.Mutex
-	running map[string]context.CancelFunc
+	// running are the pods whose process was started, by namespace/name and UID; stop ends the
+	// process of a pod being deleted (execute then reports its exit and removes the pod).
+	running map[string]*process
+}
+
+type process struct {
+	uid  types.UID
+	stop context.CancelFunc
+	// exited: the process ended and its exit was reported; a deletion now only removes the pod.
+	exited bool
 }
 
 func run(ctx context.Context, kubeconfig, binary, kubectl, logs string) error {
@@ -117,7 +135,7 @@ func run(ctx context.Context, kubeconfig, binary, kubectl, logs string) error {
 	if kubectl, err = filepath.Abs(kubectl); err != nil {
 		return err
 	}
-	r := &runner{cs: cs, admin: admin, binary: binary, kubectl: kubectl, logs: logs, running: map[string]context.CancelFunc{}}
+	r := &runner{cs: cs, admin: admin, binary: binary, kubectl: kubectl, logs: logs, running: map[string]*process{}}
 	handle := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			r.handle(ctx, p)
@@ -129,7 +147,15 @@ func run(ctx context.Context, kubeconfig, binary, kubectl, logs string) error {
 			o.LabelSelector = selector
 		}))
 		inf := f.Core().V1().Pods().Informer()
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) }}); err != nil {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: handle, UpdateFunc: func(_, o any) { handle(o) },
+			DeleteFunc: func(o any) {
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				if p, ok := o.(*corev1.Pod); ok {
+					r.forget(p)
+				}
+			}}); err != nil {
 			return err
 		}
 		f.Start(ctx.Done())
@@ -143,29 +169,64 @@ func (r *runner) handle(ctx context.Context, p *corev1.Pod) {
 	key := p.Namespace + "/" + p.Name
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	proc := r.running[key]
+	if proc != nil && proc.uid != p.UID {
+		proc = nil // an earlier pod of the same name
+	}
 	if p.DeletionTimestamp != nil {
-		if cancel, ok := r.running[key]; ok {
-			cancel() // the Job's deadline passed or the Job was deleted: stop like a kubelet would
+		switch {
+		case proc != nil && !proc.exited:
+			proc.stop() // SIGTERM; execute reports the exit, then removes the pod
+		case p.Spec.NodeName != "":
+			// Never started here, or its exit already reported: a kubelet removes it at once.
+			go r.remove(ctx, p)
 		}
 		return
 	}
-	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending {
+	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending || proc != nil {
 		return
 	}
-	if _, ok := r.running[key]; ok {
-		return
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	r.running[key] = cancel
+	pctx, stop := context.WithCancel(ctx)
+	proc = &process{uid: p.UID, stop: stop}
+	r.running[key] = proc
 	go func() {
-		defer cancel()
-		if err := r.execute(pctx, p); err != nil {
+		defer stop()
+		if err := r.execute(ctx, pctx, p); err != nil {
 			fmt.Fprintf(os.Stderr, "podrunner: %s: %v\n", key, err)
+		}
+		r.mu.Lock()
+		proc.exited = true
+		r.mu.Unlock()
+		if pctx.Err() != nil && ctx.Err() == nil {
+			r.remove(ctx, p) // stopped because the pod is being deleted: its exit is reported
 		}
 	}()
 }
 
-func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
+// forget drops a pod that is gone.
+func (r *runner) forget(p *corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if proc := r.running[p.Namespace+"/"+p.Name]; proc != nil && proc.uid == p.UID {
+		proc.stop()
+		delete(r.running, p.Namespace+"/"+p.Name)
+	}
+}
+
+// remove deletes a pod being deleted for good (grace period 0), as a kubelet does once its
+// containers have stopped; the Job controller's finalizer may keep it a moment longer.
+func (r *runner) remove(ctx context.Context, p *corev1.Pod) {
+	err := r.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0)),
+		Preconditions: &metav1.Preconditions{UID: &p.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		fmt.Fprintf(os.Stderr, "podrunner: removing %s/%s: %v\n", p.Namespace, p.Name, err)
+	}
+}
+
+// execute runs a pod's process until it exits, or until pctx ends (the pod is being deleted: the
+// process gets SIGTERM, and SIGKILL after the pod's grace period), and reports its exit; nothing
+// is reported once ctx ends (podrunner stops).
+func (r *runner) execute(ctx, pctx context.Context, p *corev1.Pod) error {
 	c := p.Spec.Containers[0]
 	started := metav1.Now()
 	if err := r.status(ctx, p, corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}); err != nil {
@@ -183,7 +244,7 @@ func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
 	}
 	defer logFile.Close()
 	argv := append(append([]string{}, c.Command...), c.Args...)
-	cmd := exec.CommandContext(ctx, r.binary, argv...)
+	name := r.binary
 	env := append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if p.Labels[execLabel] == "true" {
 		if len(argv) == 0 {
@@ -192,22 +253,32 @@ func (r *runner) execute(ctx context.Context, p *corev1.Pod) error {
 		if argv[0] == "kubectl" {
 			argv[0] = r.kubectl
 		}
-		cmd = exec.CommandContext(ctx, argv[0], argv[1:]...)
+		name, argv = argv[0], argv[1:]
 		env = append(env, "PATH="+filepath.Dir(r.kubectl)+string(os.PathListSeparator)+os.Getenv("PATH"),
 			"KUBECACHEDIR="+filepath.Join(r.logs, "kube-cache"))
 	}
+	cmd := exec.CommandContext(pctx, name, argv...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *p.Spec.TerminationGracePeriodSeconds
+	}
+	cmd.WaitDelay = time.Duration(grace) * time.Second
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	err = cmd.Run()
 	finished := metav1.Now()
-	if ctx.Err() != nil || !nextRelist(ctx) {
-		return nil // the pod was deleted
+	if !nextRelist(ctx) {
+		return nil // podrunner stops
 	}
 	code := 0
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		code = exit.ExitCode()
-	} else if err != nil {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+	} else if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
 		return err
 	}
 	phase, reason := corev1.PodSucceeded, "Completed"
@@ -230,8 +301,16 @@ func (r *runner) status(ctx context.Context, p *corev1.Pod, phase corev1.PodPhas
 		if phase == corev1.PodRunning {
 			ready = corev1.ConditionTrue
 		}
-		cur.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: ready, LastTransitionTime: now},
+		// A kubelet owns these conditions and keeps the others (PodScheduled, an eviction's
+		// DisruptionTarget).
+		conds := []corev1.PodCondition{{Type: corev1.PodReady, Status: ready, LastTransitionTime: now},
 			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+		for _, c := range cur.Status.Conditions {
+			if c.Type != corev1.PodReady && c.Type != corev1.PodInitialized {
+				conds = append(conds, c)
+			}
+		}
+		cur.Status.Conditions = conds
 		if cur.Status.StartTime == nil {
 			cur.Status.StartTime = &now
 		}
