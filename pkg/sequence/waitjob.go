@@ -229,10 +229,12 @@ func (r *Reconciler) disarmJob(ctx context.Context, j *batchv1.Job, g *Group) er
 	gone, err := r.patchJSON(ctx, j, patch.Remove("/spec/activeDeadlineSeconds"))
 	if apierrors.IsInvalid(err) && r.APIReader != nil {
 		cur := &batchv1.Job{}
-		if rerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(j), cur); rerr != nil {
-			return client.IgnoreNotFound(rerr)
-		}
-		if cur.Spec.ActiveDeadlineSeconds == nil {
+		switch rerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(j), cur); {
+		case apierrors.IsNotFound(rerr):
+			return nil
+		case rerr != nil:
+			return fmt.Errorf("reading wait Job %s: %w", klog.KObj(j), rerr)
+		case cur.Spec.ActiveDeadlineSeconds == nil:
 			return nil
 		}
 	}
