@@ -338,9 +338,11 @@ func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool) ([]*Group, 
 // The cache decides alone because a disarm only errs long: a cache that lags behind an earlier
 // group's release disarms a Job whose group is open again, which the next pass (the cache catching
 // up) arms again, counting from then. The decision rests on the Job and the plan, so a restarted
-// manager disarms what it finds armed. A disarmed Job is unarmed like one started ahead of its
-// group's turn: kept while its group is next (Prestart), deleted by deleteStaleJobs when the group
-// before it failed or timed out.
+// manager disarms what it finds armed. A disarmed Job is then unarmed like one started ahead of
+// its group's turn: kept while its group is next (Prestart: the group that changed is the one
+// before it), else deleted by deleteStaleJobs, so that at most two waiters run per sequence (the
+// group that changed is further up, or failed or timed out); its group gets a new one when it is
+// open or next again.
 func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 	var out []*Group
 	for _, g := range plan {

@@ -312,7 +312,8 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 
 // deleteStaleJobs deletes the wait Jobs that no group of the plan needs: those of earlier revisions,
 // and unarmed ones still running whose group is neither open nor next (an earlier group failed or
-// timed out: the waiter would wait for a turn that does not come until that group changes).
+// timed out: the waiter would wait for a turn that does not come until that group changes; or the
+// Job was disarmed, its group closed again behind a group further up: see disarmJobs).
 func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
 	current := map[string]*Group{}
 	for _, g := range plan {
