@@ -34,10 +34,13 @@ func Pointer(base string, tokens ...string) string {
 // Add sets path to value (on an existing object member it replaces the value).
 func Add(path string, value any) Operation { return jsonpatch.NewOperation("add", path, value) }
 
+// Remove removes the value at path (the patch fails when there is none).
+func Remove(path string) Operation { return jsonpatch.NewOperation("remove", path, nil) }
+
 // TestAndRemove tests that element i of the list at path equals value, then removes it.
 func TestAndRemove(path string, i int, value any) []Operation {
 	at := path + "/" + strconv.Itoa(i)
-	return []Operation{jsonpatch.NewOperation("test", at, value), jsonpatch.NewOperation("remove", at, nil)}
+	return []Operation{jsonpatch.NewOperation("test", at, value), Remove(at)}
 }
 
 // Marshal encodes operations as a JSON patch document.

@@ -17,6 +17,7 @@ func TestPatches(t *testing.T) {
 			`[{"op":"test","path":"/spec/schedulingGates/0","value":{"name":"wavegate.io/ordered"}},{"op":"remove","path":"/spec/schedulingGates/0"}]`},
 		"add an annotation with an escaped key": {[]Operation{Add(Pointer("/metadata/annotations", "resolved.wavegate.io/wave"), "now")},
 			`[{"op":"add","path":"/metadata/annotations/resolved.wavegate.io~1wave","value":"now"}]`},
+		"remove a field": {[]Operation{Remove("/spec/activeDeadlineSeconds")}, `[{"op":"remove","path":"/spec/activeDeadlineSeconds"}]`},
 		"tilde before slash": {[]Operation{Add(Pointer("/metadata/labels", "a~b/c"), "v")},
 			`[{"op":"add","path":"/metadata/labels/a~0b~1c","value":"v"}]`},
 	}

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -101,5 +103,46 @@ func TestRemoveGateAlreadyRemoved(t *testing.T) {
 	want := map[string][]corev1.PodSchedulingGate{"released": nil, "moved": {{Name: "example.com/other"}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("gates (-want +got):\n%s", d)
+	}
+}
+
+// TestDisarmJob, against a real API server: the deadline of a running Job can be removed (the Job
+// controller then no longer times it out); a second removal from a cache that still shows the
+// deadline is refused by the API server (422: the path is gone), which is not an error, and
+// changes nothing.
+func TestDisarmJob(t *testing.T) {
+	ctx := context.Background()
+	c := apiServer(t).Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "disarm-job"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait", Namespace: ns.Name},
+		Spec: batchv1.JobSpec{ActiveDeadlineSeconds: ptr.To[int64](601), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "wait", Image: "wavegate"}}}}}}
+	if err := c.Create(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	r := &sequence.Reconciler{Client: c, APIReader: c}
+	if err := r.DisarmJob(ctx, j.DeepCopy(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	first := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(j), first); err != nil {
+		t.Fatal(err)
+	}
+	if first.Spec.ActiveDeadlineSeconds != nil {
+		t.Fatalf("the Job kept its deadline: %d", *first.Spec.ActiveDeadlineSeconds)
+	}
+	// The cache's copy is from before the first removal.
+	if err := r.DisarmJob(ctx, j.DeepCopy(), "web"); err != nil {
+		t.Fatalf("disarming a disarmed Job: %v", err)
+	}
+	cur := &batchv1.Job{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(j), cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.ResourceVersion != first.ResourceVersion {
+		t.Errorf("the disarmed Job was patched again: resourceVersion %s, then %s", first.ResourceVersion, cur.ResourceVersion)
 	}
 }

@@ -328,10 +328,35 @@ func armJobs(plan []*Group, gate *opener, unarmed func(*Group) bool) ([]*Group, 
 	return out, nil
 }
 
-// openJobs carries out startJobs and armJobs, their API calls side by side (a pass that releases
-// a group's first pods also creates the next group's Job and arms its own: one after the other,
-// they held up the next pass by up to 150 ms on the local cluster). It returns when to come back
-// for a Job it left unarmed (zero: none).
+// disarmJobs is the third, on the cache alone: a group whose Job was armed when it opened, and
+// that is no longer open while its Job still runs (an earlier group changed: an upgrade, a new
+// member), gets its Job's deadline removed, so that the group's timeout counts again from when it
+// reopens (armJobs arms it then) and not through the earlier group's new rollout. A Job that is
+// complete or failed keeps what it has: a released group stays released. armed reports whether a
+// group's Job has a deadline.
+//
+// The cache decides alone because a disarm only errs long: a cache that lags behind an earlier
+// group's release disarms a Job whose group is open again, which the next pass (the cache catching
+// up) arms again, counting from then. The decision rests on the Job and the plan, so a restarted
+// manager disarms what it finds armed. A disarmed Job is then unarmed like one started ahead of
+// its group's turn: kept while its group is next (Prestart: the group that changed is the one
+// before it), else deleted by deleteStaleJobs, so that at most two waiters run per sequence (the
+// group that changed is further up, or failed or timed out); its group gets a new one when it is
+// open or next again.
+func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
+	var out []*Group
+	for _, g := range plan {
+		if g.JobName != "" && !g.Open && g.JobState == JobRunning && armed(g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// openJobs carries out startJobs, armJobs and disarmJobs, their API calls side by side (a pass
+// that releases a group's first pods also creates the next group's Job and arms its own: one after
+// the other, they held up the next pass by up to 150 ms on the local cluster). It returns when to
+// come back for a Job it left unarmed (zero: none).
 //
 // A Job this manager created less than armingGrace ago is armed only by a pass that makes the
 // consistent read anyway (to release pods): a pass that read only to arm would hold up, for the
@@ -362,6 +387,10 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	}
 	// Every decision is made first (the opener is not safe for concurrent use), the calls after.
 	arm, err := armJobs(plan, gate, unarmed)
+	disarm := disarmJobs(plan, func(g *Group) bool {
+		j := byKey[g.JobNamespace+"/"+g.JobName]
+		return j != nil && j.DeletionTimestamp == nil && j.Spec.ActiveDeadlineSeconds != nil
+	})
 	starts := startJobs(plan)
 	armStarted := make([]bool, len(starts))
 	for i, g := range starts {
@@ -397,6 +426,9 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	}
 	for _, g := range arm {
 		wg.Go(func() { fail(r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
+	}
+	for _, g := range disarm {
+		wg.Go(func() { fail(r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
 	}
 	wg.Wait()
 	return later, err

@@ -1,6 +1,8 @@
 package sequence
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +204,54 @@ func TestStartAndArmJobs(t *testing.T) {
 			}
 			if reads > 1 {
 				t.Errorf("%d consistent reads, want at most one", reads)
+			}
+		})
+	}
+}
+
+// TestDisarmJobs: a wait Job armed when its group opened loses its deadline once the group is no
+// longer open (an earlier group changed) while the Job still runs, so that the group's timeout
+// counts from when it reopens; a Job that finished, or one never armed, is left as it is.
+func TestDisarmJobs(t *testing.T) {
+	members := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1), m("ui", 3, "shop", "ui", 1)}
+	for _, tc := range []struct {
+		name  string
+		state map[string]JobState
+		armed []string
+		want  []string
+	}{
+		{"db released, web open and armed", map[string]JobState{"db": JobComplete, "web": JobRunning},
+			[]string{"db", "web"}, nil},
+		{"db changed, its new Job running: web closes", map[string]JobState{"db": JobRunning, "web": JobRunning},
+			[]string{"web"}, []string{"web"}},
+		{"db changed, its new Job not created yet", map[string]JobState{"db": JobMissing, "web": JobRunning},
+			[]string{"web"}, []string{"web"}},
+		{"db changed: web's waiter, started ahead, was never armed", map[string]JobState{"db": JobRunning, "web": JobRunning},
+			nil, nil},
+		{"db changed: a released web stays released", map[string]JobState{"db": JobRunning, "web": JobComplete, "ui": JobRunning},
+			[]string{"web", "ui"}, []string{"ui"}},
+		{"db changed: web and ui both close", map[string]JobState{"db": JobRunning, "web": JobRunning, "ui": JobRunning},
+			[]string{"web", "ui"}, []string{"web", "ui"}},
+		{"db changed: web had timed out, ui had failed", map[string]JobState{"db": JobRunning, "web": JobTimedOut, "ui": JobFailed},
+			[]string{"web", "ui"}, nil},
+		{"db failed: web, armed before db changed, closes", map[string]JobState{"db": JobFailed, "web": JobRunning},
+			[]string{"web"}, []string{"web"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Plan("shop", members, nil, func(_, name string) JobState {
+				for g, s := range tc.state {
+					if strings.HasPrefix(name, "wavegate-wait-"+g+"-") {
+						return s
+					}
+				}
+				return JobMissing
+			}, "wavegate-system")
+			var got []string
+			for _, g := range disarmJobs(plan, func(g *Group) bool { return slices.Contains(tc.armed, g.Name) }) {
+				got = append(got, g.Name)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("disarmed (-want +got):\n%s", d)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 			gs.WaitJob = g.JobNamespace + "/" + g.JobName
 		}
 		if g.Open {
-			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name])
+			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name], u.templates[g.Name])
 		}
 		groups = append(groups, gs)
 		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
@@ -220,11 +220,32 @@ func inversionCondition(inversions []Inversion) metav1.Condition {
 }
 
 // clearedTemplates returns the templates of an open group whose new pods start without a gate:
-// those already cleared, those released now, and the templates of its pods that run without the gate.
-func clearedTemplates(lists ...[]string) []string {
+// those released now, those of its pods that run without the gate, and of those cleared before,
+// the ones the sequence still has pods of (present: its cached pods of the group, gated or not,
+// being deleted or not).
+//
+// A template whose pods are all gone is no longer cleared. Admission trusts the status: a workload
+// brought back to such a template (a Deployment rolled back to an old ReplicaSet, `helm rollback`
+// of an earlier group and this one together) would otherwise start its pods ungated in the moment
+// before the controller sees that the earlier group changed and closes this group. A template
+// released a moment ago stays cleared while its workload creates the rest of its pods: the pods
+// that pass released are in the cache. A cache behind a new pod of a template whose other pods
+// are gone only prunes early: that pod is gated, and released by the next pass if its group is
+// open.
+//
+// A template token is a controller's UID and its template hash (TemplateToken). Pods an operator
+// creates directly carry no template hash: their token is the operator's object's UID alone, and
+// stands for every pod it makes in the group. Pruning forgets it once none of those pods is left,
+// but not while one is, even if the operator's new pods differ from the released ones. Bare pods
+// have no token and are never cleared.
+func clearedTemplates(cleared, released, running, present []string) []string {
 	var out []string
-	for _, l := range lists {
-		out = append(out, l...)
+	out = append(out, released...)
+	out = append(out, running...)
+	for _, t := range cleared {
+		if slices.Contains(present, t) {
+			out = append(out, t)
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -2,14 +2,17 @@ package sequence
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -113,5 +116,61 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("%s (-want +got):\n%s", st.name, d)
 		}
+	}
+}
+
+// TestClearedTemplates: an open group's template stays cleared only while the sequence has pods of
+// it; the templates a pass releases, and those of pods running without the gate, are cleared.
+func TestClearedTemplates(t *testing.T) {
+	for _, tc := range []struct {
+		name                                string
+		cleared, released, running, present []string
+		want                                []string
+	}{
+		{name: "released now", released: []string{"rs-a/a"}, present: []string{"rs-a/a"}, want: []string{"rs-a/a"}},
+		// The pass that released the first pods: the rest of them, gated, and the released, come.
+		{name: "its ReplicaSet still creating pods", cleared: []string{"rs-a/a"}, released: []string{"rs-a/a"},
+			running: []string{"rs-a/a"}, present: []string{"rs-a/a"}, want: []string{"rs-a/a"}},
+		{name: "only gated pods of it so far", cleared: []string{"rs-a/a"}, present: []string{"rs-a/a"}, want: []string{"rs-a/a"}},
+		{name: "its pods all gone", cleared: []string{"rs-a/a"}},
+		{name: "rolled to a new template, the old ReplicaSet scaled to zero", cleared: []string{"rs-a/a"},
+			released: []string{"rs-b/b"}, running: []string{"rs-b/b"}, present: []string{"rs-b/b"}, want: []string{"rs-b/b"}},
+		{name: "the old template's last pod being deleted", cleared: []string{"rs-a/a", "rs-b/b"},
+			running: []string{"rs-a/a", "rs-b/b"}, present: []string{"rs-a/a", "rs-b/b"}, want: []string{"rs-a/a", "rs-b/b"}},
+		// Pods started before wavegate, or a status lost: their template is cleared by its pods.
+		{name: "pods running without the gate, never cleared", running: []string{"sts/1"}, present: []string{"sts/1"}, want: []string{"sts/1"}},
+		// An operator's pods: its object's UID alone stands for all of them.
+		{name: "an operator's pods, some left", cleared: []string{"op"}, present: []string{"op"}, want: []string{"op"}},
+		{name: "an operator's pods, none left", cleared: []string{"op"}, present: []string{"rs-a/a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, clearedTemplates(tc.cleared, tc.released, tc.running, tc.present)); d != "" {
+				t.Errorf("cleared templates (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestUngateKnowsTheTemplatesOfItsPods: a pass knows, per group, the templates of all the
+// sequence's cached pods (gated or not, being deleted or not; a bare pod has none), and of those
+// running without the gate.
+func TestUngateKnowsTheTemplatesOfItsPods(t *testing.T) {
+	running, deleting := gatedPod("running", "web", "a"), gatedPod("deleting", "web", "b")
+	running.Spec.SchedulingGates, deleting.Spec.SchedulingGates = nil, nil
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	pods := []*corev1.Pod{running, deleting, gatedPod("gated", "web", "c"), gatedPod("bare", "web", ""), gatedPod("db", "db", "d")}
+	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).Build()}
+	// Every group closed: nothing is released, nothing read.
+	gate := newOpener(opens(map[string]bool{}), func() (openness, error) { return openness{}, errors.New("no read") })
+	u, err := r.ungate(context.Background(), pods, gate, &freshView{r: r, seq: "shop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string][]string{
+		"templates": {"web": {"rs-a/a", "rs-b/b", "rs-c/c"}, "db": {"rs-d/d"}},
+		"running":   {"web": {"rs-a/a", "rs-b/b"}},
+	}
+	if d := cmp.Diff(want, map[string]map[string][]string{"templates": u.templates, "running": u.running}); d != "" {
+		t.Errorf("templates (-want +got):\n%s", d)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 // TestClearedBeforeTheStatus: the templates a pass released are cleared for admission on this
 // replica at once, before the status that says so arrives; the sequence's next status replaces
-// them, so a status that no longer clears a template (an earlier group changed) gates it again.
+// them, so a status that no longer clears a template (its pods are gone, or an earlier group
+// changed) gates it again.
 func TestClearedBeforeTheStatus(t *testing.T) {
 	s := NewClearedStore(nil)
 	status := func(groups ...wavev1.GroupStatus) *wavev1.Sequence {
@@ -38,6 +39,10 @@ func TestClearedBeforeTheStatus(t *testing.T) {
 		{"its status arrives", func() {
 			s.set("shop", status(wavev1.GroupStatus{Name: "db", ClearedTemplates: []string{"sts/1"}}, wavev1.GroupStatus{Name: "web", ClearedTemplates: []string{"rs-a/a", "rs-b/b"}}))
 		}, []string{"shop/db/sts/1", "shop/web/rs-a/a", "shop/web/rs-b/b"}},
+		// A status replaces what this replica was told: a template pruned there is forgotten here.
+		{"web's rs-a/a pods are all gone", func() {
+			s.set("shop", status(wavev1.GroupStatus{Name: "db", ClearedTemplates: []string{"sts/1"}}, wavev1.GroupStatus{Name: "web", ClearedTemplates: []string{"rs-b/b"}}))
+		}, []string{"shop/db/sts/1", "shop/web/rs-b/b"}},
 		{"db changed: web is not open any more", func() { s.set("shop", status(wavev1.GroupStatus{Name: "db"}, wavev1.GroupStatus{Name: "web"})) },
 			nil},
 		{"a sequence it has no status of yet", func() { s.Clear("other", map[string][]string{"web": {"rs-a/a"}}) },

@@ -54,8 +54,9 @@ type ungated struct {
 	known    map[types.UID]bool
 	gated    map[string]int32
 	released map[string][]string
-	// running are, per group, the templates of the cached pods that have no gate.
-	running map[string][]string
+	// running are, per group, the templates of the cached pods that have no gate; templates, those
+	// of all its cached pods (gated or not, being deleted or not).
+	running, templates map[string][]string
 	// pods are the cached pods to release.
 	pods []*corev1.Pod
 	// podsOnly are the groups of still gated pods that the cache's plan does not have (no tracked
@@ -66,8 +67,13 @@ type ungated struct {
 }
 
 func (u *ungated) releasing(group, template string) {
-	if template != "" && !slices.Contains(u.released[group], template) {
-		u.released[group] = append(u.released[group], template)
+	addTemplate(u.released, group, template)
+}
+
+// addTemplate adds a template (not "", a bare pod's) to a group's, once.
+func addTemplate(to map[string][]string, group, template string) {
+	if template != "" && !slices.Contains(to[group], template) {
+		to[group] = append(to[group], template)
 	}
 }
 
@@ -181,7 +187,7 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 // On an error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
 	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{},
-		podsOnly: map[string]podGroup{}, joins: fresh.joins(ctx)}
+		templates: map[string][]string{}, podsOnly: map[string]podGroup{}, joins: fresh.joins(ctx)}
 	stillGated := func(group string, p *corev1.Pod) {
 		out.gated[group]++
 		if _, ok := out.podsOnly[group]; !ok && !gate.Planned(group) {
@@ -193,8 +199,11 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 	r.recent.expire(now)
 	for _, p := range pods {
 		out.known[p.UID] = true
-		if t := TemplateToken(p); t != "" && !HasGate(p) && !slices.Contains(out.running[p.Labels[keys.GroupLabel]], t) {
-			out.running[p.Labels[keys.GroupLabel]] = append(out.running[p.Labels[keys.GroupLabel]], t)
+		if t := TemplateToken(p); t != "" {
+			addTemplate(out.templates, p.Labels[keys.GroupLabel], t)
+			if !HasGate(p) {
+				addTemplate(out.running, p.Labels[keys.GroupLabel], t)
+			}
 		}
 		if !HasGate(p) || p.DeletionTimestamp != nil {
 			r.recent.forget(p.UID)

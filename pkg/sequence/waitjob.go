@@ -220,6 +220,34 @@ func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error
 	return nil
 }
 
+// disarmJob removes the deadline of a wait Job whose group closed again (disarmJobs): the Job
+// controller reads activeDeadlineSeconds at each sync, so the Job no longer times out until armJob
+// sets it again when the group reopens. A cache that had not seen an earlier disarm yet makes the
+// removal fail (422: the path is gone); the Job is then read, and only a deadline it still has is
+// an error.
+func (r *Reconciler) disarmJob(ctx context.Context, j *batchv1.Job, g *Group) error {
+	gone, err := r.patchJSON(ctx, j, patch.Remove("/spec/activeDeadlineSeconds"))
+	if apierrors.IsInvalid(err) && r.APIReader != nil {
+		cur := &batchv1.Job{}
+		switch rerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(j), cur); {
+		case apierrors.IsNotFound(rerr):
+			return nil
+		case rerr != nil:
+			return fmt.Errorf("reading wait Job %s: %w", klog.KObj(j), rerr)
+		case cur.Spec.ActiveDeadlineSeconds == nil:
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("disarming wait Job %s: %w", klog.KObj(j), err)
+	}
+	if !gone {
+		ctrl.LoggerFrom(ctx).Info("Disarmed wait Job", "job", klog.KObj(j), "group", g.Name,
+			"reason", "its group is no longer open: its timeout counts again from when it reopens")
+	}
+	return nil
+}
+
 // patchJSON applies a JSON patch to obj as wavegate's field manager; an object that is gone is
 // reported, not an error.
 func (r *Reconciler) patchJSON(ctx context.Context, obj client.Object, ops ...patch.Operation) (gone bool, err error) {
@@ -284,7 +312,8 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 
 // deleteStaleJobs deletes the wait Jobs that no group of the plan needs: those of earlier revisions,
 // and unarmed ones still running whose group is neither open nor next (an earlier group failed or
-// timed out: the waiter would wait for a turn that does not come until that group changes).
+// timed out: the waiter would wait for a turn that does not come until that group changes; or the
+// Job was disarmed, its group closed again behind a group further up: see disarmJobs).
 func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
 	current := map[string]*Group{}
 	for _, g := range plan {

@@ -42,13 +42,15 @@ type WaitJobRunner struct {
 	running   map[string]*runningJob // by Job UID
 }
 
-// runningJob is a waiter in progress: its start, and its deadline once the Job has one (a Job
-// that started ahead of its group's turn is given its deadline later, as the Job controller
-// honours an updated activeDeadlineSeconds counted from the Job's start).
+// runningJob is a waiter in progress: its start, and its deadline while the Job has one. As the
+// Job controller, which reads activeDeadlineSeconds at each sync and counts it from the Job's
+// start, the runner follows the Job's deadline: a Job that started ahead of its group's turn is
+// given one later, and one whose group closed again loses it until the group reopens.
 type runningJob struct {
-	started time.Time
-	cancel  context.CancelCauseFunc
-	timer   *time.Timer
+	started  time.Time
+	cancel   context.CancelCauseFunc
+	timer    *time.Timer
+	deadline *int64
 }
 
 // JobControllerBatchPeriod is kube-controller-manager's SyncJobBatchPeriod (v1.36): how long the
@@ -57,11 +59,21 @@ const JobControllerBatchPeriod = time.Second
 
 var errDeadline = errors.New("the Job's activeDeadlineSeconds passed")
 
-// arm starts the deadline clock of a running Job once (r.mu held).
+// arm sets the deadline clock of a running Job to its current activeDeadlineSeconds, or stops it
+// when the Job has none (r.mu held).
 func (j *runningJob) arm(d *int64) {
-	if d == nil || j.timer != nil {
+	if ptr.Equal(d, j.deadline) {
 		return
 	}
+	if j.timer != nil {
+		j.timer.Stop()
+		j.timer = nil
+	}
+	j.deadline = nil
+	if d == nil {
+		return
+	}
+	j.deadline = ptr.To(*d)
 	j.timer = time.AfterFunc(time.Until(j.started.Add(time.Duration(*d)*time.Second)), func() { j.cancel(errDeadline) })
 }
 

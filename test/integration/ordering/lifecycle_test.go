@@ -257,6 +257,49 @@ func TestPrestartedWaiterTimesOutFromItsGroupsOpening(t *testing.T) {
 	g.Eventually(groupPhase(ns, "second-"+ns)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
 }
 
+// TestReclosedGroupsWaiterIsDisarmed: a group that opened (its waiter armed) and closes again,
+// because the group before it is upgraded, loses its waiter's deadline while it waits for that
+// rollout, and gets one again when it reopens: its timeout counts from then. Here the upgrade
+// takes longer than the group's timeout, and the group times out only its timeout after reopening.
+func TestReclosedGroupsWaiterIsDisarmed(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	const limit = 3 * time.Second
+	_, first, _ := twoGroups(t, ns, "disarm",
+		wavev1.GroupSpec{Name: "first"}, wavev1.GroupSpec{Name: "second", Timeout: &metav1.Duration{Duration: limit}})
+	second := "second-" + ns
+	w := waitJobOf(t, ns, second)
+	deadline := func(g Gomega) *int64 {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(w), w)).To(Succeed())
+		return w.Spec.ActiveDeadlineSeconds
+	}
+	markStatefulSetReady(t, first)
+	g.Eventually(deadline).WithTimeout(timeout).WithPolling(20*time.Millisecond).ShouldNot(BeNil(), "the waiter is armed when its group opens")
+
+	// The first group is upgraded: the second closes, and its waiter (same revision, still running)
+	// loses its deadline.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(first), first)).To(Succeed())
+	first.Spec.Template.Spec.Containers[0].Image = "postgres:17"
+	g.Expect(env.Client.Update(ctx, first)).To(Succeed())
+	g.Eventually(deadline).WithTimeout(timeout).WithPolling(20*time.Millisecond).Should(BeNil(), "the waiter of a group that closed keeps its deadline")
+	g.Eventually(groupPhase(ns, second)).WithTimeout(timeout).Should(Equal(wavev1.GroupPending))
+	// The upgrade takes longer than the second group's timeout: its waiter neither times out nor
+	// goes (its group is next).
+	g.Consistently(func(g Gomega) {
+		g.Expect(deadline(g)).To(BeNil())
+		g.Expect(w.Status.Conditions).To(BeEmpty())
+	}).WithTimeout(limit + time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+
+	opened := time.Now()
+	markStatefulSetReady(t, first)
+	g.Eventually(deadline).WithTimeout(timeout).WithPolling(20*time.Millisecond).ShouldNot(BeNil(), "the waiter is armed again when its group reopens")
+	g.Expect(time.Duration(*w.Spec.ActiveDeadlineSeconds)*time.Second).To(BeNumerically(">=", limit+opened.Sub(w.CreationTimestamp.Time)-time.Second),
+		"the deadline counts the group's timeout from its reopening")
+	g.Consistently(groupPhase(ns, second)).WithTimeout(limit - time.Second).Should(Equal(wavev1.GroupWaiting))
+	g.Eventually(groupPhase(ns, second)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
+}
+
 // A waiter started ahead of its turn is removed when the group before it times out (Block): its
 // group does not open until that group changes.
 func TestPrestartedWaiterGoesWhenTheGroupBeforeTimesOut(t *testing.T) {
