@@ -19,12 +19,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -111,11 +113,13 @@ func (tr *tracked) pending() bool {
 	return !tr.informer.HasSynced() && tr.failing() == nil
 }
 
-// benignWatchError reports whether a reflector's error is the ordinary end of a watch (closed, or
-// too old to resume), after which it lists again: not a failure of the kind.
+// benignWatchError reports whether a reflector's error is not a failure of the kind: the ordinary
+// end of a watch (closed, or too old to resume), after which it lists again, or the API server
+// itself refusing connections (every kind fails alike, and nothing else works either; an
+// aggregated API that is down answers 503 through the API server).
 func benignWatchError(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) ||
-		apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+		apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || utilnet.IsConnectionRefused(err)
 }
 
 // ResourceString is how a group's resources appear in the Sequence status: <group>/<version>/<resource>,
@@ -476,30 +480,35 @@ func Selector(label string) string {
 
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
 	sel := Selector(label)
-	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
-		cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
+	tr := &tracked{kind: k}
+	// As dynamicinformer's ListWatch, and it sees every LIST and WATCH fail: the reflector retries
+	// some failures without ever reporting them to its watch error handler (a 429 "storage is
+	// (re)initializing" from the watch cache of a CRD whose objects do not convert, say, for as long
+	// as it lasts).
+	res := t.Dynamic.Resource(k.GVR)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			list, err := res.List(ctx, o)
+			t.failed(tr, err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			w, err := res.Watch(ctx, o)
+			t.failed(tr, err)
+			return w, err
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, t.Dynamic), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: k.GVR.String(),
+			Indexers: cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
+	tr.informer = inf
 	_ = inf.SetTransform(t.strip)
-	tr := &tracked{kind: k, informer: inf}
-	// The reflector reports here what ended a list and watch: a LIST that fails (an aggregated API
-	// that is down, a CRD whose conversion webhook is down or whose schema is broken, access
-	// revoked) makes the kind unavailable until the informer moves on (listHealth).
+	// The reflector reports here what ended a list and watch.
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
-		if benignWatchError(err) {
-			return
-		}
-		wasFailing := tr.failing() != nil
-		tr.health.mu.Lock()
-		tr.health.err, tr.health.rv, tr.health.synced = err, r.LastSyncResourceVersion(), inf.HasSynced()
-		tr.health.mu.Unlock()
-		if !wasFailing && t.OnChange != nil {
-			// The sequences it holds objects of are frozen from now on (Unavailable): tell them.
-			seqs := slices.Sorted(maps.Keys(sequencesOf(inf.GetStore().List())))
-			for _, seq := range seqs {
-				t.OnChange(seq)
-			}
-		}
+		t.failed(tr, err)
 	})
 	notify := func(obj any) {
 		if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -523,6 +532,25 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 	tr.cancel = cancel
 	go inf.RunWithContext(ictx)
 	return tr
+}
+
+// failed records a LIST or WATCH error of an informer: one that fails (an aggregated API that is
+// down, a CRD whose conversion webhook is down or whose schema is broken, access revoked) makes
+// its kind unavailable until the informer moves on (listHealth). The sequences it holds objects of
+// are woken: they are not planned from now on (Unavailable).
+func (t *Tracker) failed(tr *tracked, err error) {
+	if err == nil || benignWatchError(err) {
+		return
+	}
+	wasFailing := tr.failing() != nil
+	tr.health.mu.Lock()
+	tr.health.err, tr.health.rv, tr.health.synced = err, tr.informer.LastSyncResourceVersion(), tr.informer.HasSynced()
+	tr.health.mu.Unlock()
+	if !wasFailing && t.OnChange != nil {
+		for _, seq := range slices.Sorted(maps.Keys(sequencesOf(tr.informer.GetStore().List()))) {
+			t.OnChange(seq)
+		}
+	}
 }
 
 // sequencesOf returns the sequences of tracked objects.

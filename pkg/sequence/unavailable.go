@@ -73,11 +73,16 @@ func unavailableKinds(prev *wavev1.Sequence, why func([]schema.GroupResource) ma
 // Jobs stay as they are, its deleted members stay held, and its status keeps the groups and
 // resources it recorded (what keeps it frozen until the kind is back).
 func (r *Reconciler) frozen(ctx context.Context, prev *wavev1.Sequence, msg string) (ctrl.Result, error) {
-	ctrl.LoggerFrom(ctx).Info("Not planning the sequence: a kind of its members is unavailable", "reason", msg)
+	log := ctrl.LoggerFrom(ctx)
 	before := prev.DeepCopy()
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: ReasonKindUnavailable, Message: msg}
-	if cur := meta.FindStatusCondition(before.Status.Conditions, cond.Type); (cur == nil || cur.Reason != cond.Reason || cur.Message != cond.Message) && r.Recorder != nil {
-		r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonKindUnavailable, "Order", "%s", msg)
+	if cur := meta.FindStatusCondition(before.Status.Conditions, cond.Type); cur == nil || cur.Reason != cond.Reason || cur.Message != cond.Message {
+		log.Info("Not planning the sequence: a kind of its members is unavailable", "reason", msg)
+		if r.Recorder != nil {
+			r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonKindUnavailable, "Order", "%s", msg)
+		}
+	} else {
+		log.V(1).Info("Still not planning the sequence: a kind of its members is unavailable")
 	}
 	meta.SetStatusCondition(&prev.Status.Conditions, cond)
 	if equality.Semantic.DeepEqual(before.Status, prev.Status) {
