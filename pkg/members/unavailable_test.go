@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -330,5 +331,32 @@ func TestDiscoveryErrorsThatNameNoGroup(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"example.com"}, slices.Collect(maps.Keys(failed))); d != "" {
 		t.Errorf("failed groups (-want +got):\n%s", d)
+	}
+}
+
+// TestAKindWhoseWatchTheReflectorRetriesIsUnavailable: some failures never reach the reflector's
+// watch error handler: it retries a 429 (the watch cache of a CRD whose objects do not convert
+// answers "storage is (re)initializing" for as long as that lasts) by itself. The tracker sees
+// them on its own ListWatch.
+func TestAKindWhoseWatchTheReflectorRetriesIsUnavailable(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w"))
+	dyn.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
+		return true, nil, apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+	})
+	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList),
+		GroupLabels: func() []string { return []string{keys.GroupLabel} },
+		informers:   map[informerKey]*tracked{}}
+	if err := tr.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(
+		HaveKeyWithValue(widgets, ContainSubstring("listing example.com/v1/widgets fails (storage is (re)initializing)")))
+	// What it listed stays: the kind is unavailable, its objects are not gone.
+	if d := cmp.Diff([]string{"Widget/w"}, memberNames(tr, "shop")); d != "" {
+		t.Errorf("members (-want +got):\n%s", d)
 	}
 }
