@@ -5,21 +5,28 @@ package members
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -74,6 +81,45 @@ type tracked struct {
 	kind     Kind
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
+	health   listHealth
+}
+
+// listHealth is what an informer's reflector last reported through its watch error handler: the
+// error that ended its last list and watch, and where the informer stood then. The error stands
+// until the informer moves on from there: it syncs, or its resource version changes (a later LIST
+// succeeded, or its watch delivered an event or a bookmark).
+type listHealth struct {
+	mu     sync.Mutex
+	err    error
+	rv     string
+	synced bool
+}
+
+// failing returns the LIST or WATCH error that stands for the informer, or nil.
+func (tr *tracked) failing() error {
+	tr.health.mu.Lock()
+	defer tr.health.mu.Unlock()
+	if tr.health.err == nil || tr.informer.HasSynced() != tr.health.synced || tr.informer.LastSyncResourceVersion() != tr.health.rv {
+		return nil
+	}
+	return tr.health.err
+}
+
+// pending reports whether Refresh and HasSynced wait for the informer: it has not synced, and no
+// LIST of it has failed. One that keeps failing (an aggregated API that is down, a CRD whose
+// conversion webhook is down) is unavailable, not pending: waiting for it would stop every sequence
+// of every namespace, where only those that have members of its kind must wait (Unavailable).
+func (tr *tracked) pending() bool {
+	return !tr.informer.HasSynced() && tr.failing() == nil
+}
+
+// benignWatchError reports whether a reflector's error is not a failure of the kind: the ordinary
+// end of a watch (closed, or too old to resume), after which it lists again, or the API server
+// itself refusing connections (every kind fails alike, and nothing else works either; an
+// aggregated API that is down answers 503 through the API server).
+func benignWatchError(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) ||
+		apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || utilnet.IsConnectionRefused(err)
 }
 
 // ResourceString is how a group's resources appear in the Sequence status: <group>/<version>/<resource>,
@@ -107,7 +153,8 @@ type Tracker struct {
 	// Resync is how often discovery is refreshed to pick up new CRDs.
 	Resync time.Duration
 	// CanWatch says whether the manager may list and watch a resource; kinds it may not are not
-	// tracked (grant them with the aggregated ClusterRole label). Nil tracks every kind.
+	// tracked (grant them with the aggregated ClusterRole label), except a kind tracked before,
+	// which keeps what it holds and is unavailable (see Unavailable). Nil tracks every kind.
 	CanWatch func(group, resource string) bool
 	// Ready, when set, is waited for before the first discovery (the permission review).
 	Ready func() bool
@@ -123,6 +170,14 @@ type Tracker struct {
 	mu         sync.RWMutex
 	informers  map[informerKey]*tracked
 	kinds      map[schema.GroupVersionResource]Kind
+	// kept are the tracked kinds that the last Refresh kept although discovery did not return them
+	// as trackable, because they are unavailable rather than gone (their API group's discovery
+	// failed, or the manager lost list and watch access to them), with why.
+	kept map[schema.GroupVersionResource]string
+	// unwatchable are the resources the API server serves that the manager may not list and watch.
+	unwatchable map[schema.GroupResource]bool
+	// failedGroups are the API groups whose discovery failed at the last Refresh.
+	failedGroups map[string]error
 	// listed: a Refresh has completed since Start, or since the informers were dropped to re-list:
 	// the informer set is whole. Until then the tracker holds no members, or some.
 	listed bool
@@ -146,6 +201,7 @@ func (t *Tracker) Start(ctx context.Context) error {
 	}
 	t.mu.Lock()
 	t.informers = map[informerKey]*tracked{}
+	t.kinds, t.kept, t.unwatchable, t.failedGroups = nil, nil, nil, nil
 	t.listed, t.discovered, t.stale = false, false, false
 	t.mu.Unlock()
 	for t.Ready != nil && !t.Ready() {
@@ -226,24 +282,27 @@ func (t *Tracker) Rescope() {
 // Refresh reconciles the informer set with discovery and the group labels: new CRDs and new
 // policy group labels get informers, vanished ones are stopped; a label no policy names any more
 // keeps its informers while objects grouped only by it carry wavegate's teardown finalizer (their
-// sequences are woken for the hold to release them), and a later refresh stops them. It waits for
-// new informers to sync.
+// sequences are woken for the hold to release them), and a later refresh stops them. A kind that is
+// unavailable rather than gone keeps its informers and what they hold (see Unavailable). It waits
+// for new informers to sync, or to fail to list.
 func (t *Tracker) Refresh(ctx context.Context) error {
 	return t.refresh(ctx, false)
 }
 
 // refresh is Refresh; relist first stops the informers of the policies' group labels, so that they
-// all list again (those of a label being drained are kept).
+// all list again (those of a label being drained, and those of an unavailable kind, are kept).
 func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 	t.refreshing.Lock()
 	defer t.refreshing.Unlock()
 	if relist {
 		// Informers of a label no policy names any more are kept: they only show objects to the
 		// hold for release, which their metadata is enough for, and a refresh would not restart them.
+		// So are those of a kind that is unavailable: a new informer would not list it, and what the
+		// old one holds would vanish from the members.
 		labelKeys := t.GroupLabels()
 		t.mu.Lock()
 		for key, tr := range t.informers {
-			if !slices.Contains(labelKeys, key.label) {
+			if _, kept := t.kept[key.gvr]; !slices.Contains(labelKeys, key.label) || kept || tr.failing() != nil {
 				continue
 			}
 			tr.cancel()
@@ -252,10 +311,14 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		t.listed, t.stale = false, false
 		t.mu.Unlock()
 	}
-	kinds, err := t.discover()
+	served, failedGroups, err := discover(t.Discovery, true, []string{"list", "watch"})
 	if err != nil {
 		return err
 	}
+	t.mu.RLock()
+	before := t.kinds
+	t.mu.RUnlock()
+	kinds, kept, unwatchable := t.track(served, failedGroups, before)
 	labelKeys := t.GroupLabels()
 	want := map[informerKey]Kind{}
 	for _, k := range kinds {
@@ -263,19 +326,15 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 			want[informerKey{k.GVR, l}] = k
 		}
 	}
-	served := map[schema.GroupVersionResource]bool{}
-	for _, k := range kinds {
-		served[k.GVR] = true
-	}
 	t.mu.Lock()
-	var started []cache.InformerSynced
+	var started []*tracked
 	var draining []string
 	for key, tr := range t.informers {
 		if _, ok := want[key]; ok {
 			continue
 		}
-		if served[key.gvr] {
-			// The kind is still served, so no policy names this label any more. Objects grouped only
+		if _, ok := kinds[key.gvr]; ok {
+			// The kind is still tracked, so no policy names this label any more. Objects grouped only
 			// by it that still carry wavegate's teardown finalizer would be shown to the hold by
 			// nothing once this informer stops (nor to admission: the label's webhook entry goes
 			// too), and a deleted one would stay Terminating forever. Keep it, and wake their
@@ -295,12 +354,9 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		}
 		tr := t.newInformer(ctx, k, key.label, labelKeys)
 		t.informers[key] = tr
-		started = append(started, tr.informer.HasSynced)
+		started = append(started, tr)
 	}
-	t.kinds = map[schema.GroupVersionResource]Kind{}
-	for _, k := range kinds {
-		t.kinds[k.GVR] = k
-	}
+	t.kinds, t.kept, t.unwatchable, t.failedGroups = kinds, kept, unwatchable, failedGroups
 	t.mu.Unlock()
 	if t.OnChange != nil {
 		slices.Sort(draining)
@@ -308,13 +364,90 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 			t.OnChange(seq)
 		}
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), started...) {
-		return fmt.Errorf("member informers did not sync")
+	// Wait for the new informers to sync, or to fail: one that keeps failing would hold this
+	// refresh, and the periodic one after it, forever.
+	if err := wait.PollUntilContextCancel(ctx, syncPollPeriod, true, func(context.Context) (bool, error) {
+		return !slices.ContainsFunc(started, (*tracked).pending), nil
+	}); err != nil {
+		return fmt.Errorf("member informers did not sync: %w", err)
 	}
 	t.mu.Lock()
 	t.listed = true
 	t.mu.Unlock()
 	return nil
+}
+
+// syncPollPeriod is how often Refresh looks whether its new informers have synced (as
+// cache.WaitForCacheSync does).
+const syncPollPeriod = 100 * time.Millisecond
+
+// track decides the kinds to track: every served kind the manager may list and watch, and every
+// kind tracked before that is unavailable rather than gone: its API group's discovery failed, or
+// the manager lost list and watch access to it (an aggregated ClusterRole removed with a chart).
+// Those keep their informers, and what they hold, with why; stopping them would drop their objects
+// from the members, and the teardown hold, counting fewer objects in later groups, could release
+// an earlier group's finalizer while the later group's objects still exist. A kind discovery no
+// longer serves (a CRD deleted), or serves at another preferred version, is gone. It also returns
+// the served resources the manager may not list and watch.
+func (t *Tracker) track(served []Kind, failedGroups map[string]error, before map[schema.GroupVersionResource]Kind) (
+	map[schema.GroupVersionResource]Kind, map[schema.GroupVersionResource]string, map[schema.GroupResource]bool) {
+	kinds := map[schema.GroupVersionResource]Kind{}
+	servedGR := map[schema.GroupResource]bool{}
+	unwatchable := map[schema.GroupResource]bool{}
+	for _, k := range served {
+		gr := k.GVR.GroupResource()
+		servedGR[gr] = true
+		if t.CanWatch == nil || t.CanWatch(gr.Group, gr.Resource) {
+			kinds[k.GVR] = k
+		} else {
+			unwatchable[gr] = true
+		}
+	}
+	kept := map[schema.GroupVersionResource]string{}
+	for gvr, k := range before {
+		if _, ok := kinds[gvr]; ok {
+			continue
+		}
+		gr := gvr.GroupResource()
+		switch err, failed := failedGroups[gr.Group]; {
+		case unwatchable[gr]:
+			kept[gvr] = accessLost(gr)
+		case !servedGR[gr] && failed:
+			kept[gvr] = groupUnavailable(gr.Group, err)
+		default:
+			continue
+		}
+		kinds[gvr] = k
+	}
+	return kinds, kept, unwatchable
+}
+
+// accessLost says why a resource the manager may not list and watch is unavailable, and the fix.
+func accessLost(gr schema.GroupResource) string {
+	return fmt.Sprintf("wavegate may not list and watch %s: grant list and watch on it with a ClusterRole labeled %s=true",
+		gr, keys.AggregateToManagerLabel)
+}
+
+// groupUnavailable says why the resources of an API group whose discovery failed are unavailable.
+func groupUnavailable(group string, err error) string {
+	if group == "" {
+		group = "core"
+	}
+	return fmt.Sprintf("the API group %s is unavailable (discovery failed: %v): check the APIService that serves it", group, err)
+}
+
+// listFailure says why a resource whose LIST or WATCH fails is unavailable, and the fix.
+func listFailure(gvr schema.GroupVersionResource, err error) string {
+	fix := "repair what serves it (its APIService, or its CRD's conversion webhook or schema)"
+	if apierrors.IsForbidden(err) {
+		fix = fmt.Sprintf("grant list and watch on %s with a ClusterRole labeled %s=true", gvr.GroupResource(), keys.AggregateToManagerLabel)
+	}
+	// The API server's own message, without the reflector's wrapping ("failed to list ...").
+	msg := err.Error()
+	if st := apierrors.APIStatus(nil); errors.As(err, &st) && st.Status().Message != "" {
+		msg = st.Status().Message
+	}
+	return fmt.Sprintf("listing %s fails (%s): %s", ResourceString(gvr), msg, fix)
 }
 
 // stranded returns the sequences of the objects an informer holds that carry wavegate's teardown
@@ -347,10 +480,36 @@ func Selector(label string) string {
 
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
 	sel := Selector(label)
-	inf := dynamicinformer.NewFilteredDynamicInformer(t.Dynamic, k.GVR, metav1.NamespaceAll, 0,
-		cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-		func(o *metav1.ListOptions) { o.LabelSelector = sel }).Informer()
+	tr := &tracked{kind: k}
+	// As dynamicinformer's ListWatch, and it sees every LIST and WATCH fail: the reflector retries
+	// some failures without ever reporting them to its watch error handler (a 429 "storage is
+	// (re)initializing" from the watch cache of a CRD whose objects do not convert, say, for as long
+	// as it lasts).
+	res := t.Dynamic.Resource(k.GVR)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sel
+			list, err := res.List(ctx, o)
+			t.failed(tr, err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			w, err := res.Watch(ctx, o)
+			t.failed(tr, err)
+			return w, err
+		},
+	}
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, t.Dynamic), &unstructured.Unstructured{},
+		cache.SharedIndexInformerOptions{ObjectDescription: k.GVR.String(),
+			Indexers: cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
+	tr.informer = inf
 	_ = inf.SetTransform(t.strip)
+	// The reflector reports here what ended a list and watch.
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		t.failed(tr, err)
+	})
 	notify := func(obj any) {
 		if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = o.Obj
@@ -370,8 +529,39 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		DeleteFunc: notify,
 	})
 	ictx, cancel := context.WithCancel(ctx)
+	tr.cancel = cancel
 	go inf.RunWithContext(ictx)
-	return &tracked{kind: k, informer: inf, cancel: cancel}
+	return tr
+}
+
+// failed records a LIST or WATCH error of an informer: one that fails (an aggregated API that is
+// down, a CRD whose conversion webhook is down or whose schema is broken, access revoked) makes
+// its kind unavailable until the informer moves on (listHealth). The sequences it holds objects of
+// are woken: they are not planned from now on (Unavailable).
+func (t *Tracker) failed(tr *tracked, err error) {
+	if err == nil || benignWatchError(err) {
+		return
+	}
+	wasFailing := tr.failing() != nil
+	tr.health.mu.Lock()
+	tr.health.err, tr.health.rv, tr.health.synced = err, tr.informer.LastSyncResourceVersion(), tr.informer.HasSynced()
+	tr.health.mu.Unlock()
+	if !wasFailing && t.OnChange != nil {
+		for _, seq := range slices.Sorted(maps.Keys(sequencesOf(tr.informer.GetStore().List()))) {
+			t.OnChange(seq)
+		}
+	}
+}
+
+// sequencesOf returns the sequences of tracked objects.
+func sequencesOf(items []any) map[string]bool {
+	out := map[string]bool{}
+	for _, it := range items {
+		if u, ok := it.(*unstructured.Unstructured); ok {
+			out[SequenceOf(u)] = true
+		}
+	}
+	return out
 }
 
 // strip drops what wavegate never reads, before the object enters the cache; of an object in a
@@ -418,35 +608,37 @@ func SequenceOf(o metav1.Object) string {
 	return o.GetNamespace()
 }
 
-func (t *Tracker) discover() ([]Kind, error) {
-	kinds, err := Discover(t.Discovery, "list", "watch")
-	if err != nil {
-		return nil, err
-	}
-	out := kinds[:0]
-	for _, k := range kinds {
-		if t.CanWatch == nil || t.CanWatch(k.GVR.Group, k.GVR.Resource) {
-			out = append(out, k)
-		}
-	}
-	return out, nil
-}
-
 // Discover returns the resources the API server serves (preferred versions, no subresources)
-// that support every one of verbs and may hold group members (see Skipped).
+// that support every one of verbs and may hold group members (see Skipped). When the discovery of
+// some API groups fails, it returns the others'.
 func Discover(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
-	return discover(d, true, verbs)
+	kinds, _, err := discover(d, true, verbs)
+	return kinds, err
 }
 
 // DiscoverAll is Discover without leaving out the resources that never hold members.
 func DiscoverAll(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
-	return discover(d, false, verbs)
+	kinds, _, err := discover(d, false, verbs)
+	return kinds, err
 }
 
-func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind, error) {
+// discover is Discover, which also returns the API groups whose discovery failed, with the error:
+// their resources are missing from what it returns although they may still exist.
+func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind, map[string]error, error) {
 	lists, err := d.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, fmt.Errorf("discovering resources: %w", err)
+	var failed *discovery.ErrGroupDiscoveryFailed
+	if err != nil && (len(lists) == 0 || !errors.As(err, &failed)) {
+		// Nothing, or an error that does not say which groups are missing: no resource can be told
+		// gone.
+		return nil, nil, fmt.Errorf("discovering resources: %w", err)
+	}
+	var failedGroups map[string]error
+	if failed != nil {
+		failedGroups = map[string]error{}
+		gvs := slices.SortedFunc(maps.Keys(failed.Groups), func(a, b schema.GroupVersion) int { return strings.Compare(a.String(), b.String()) })
+		for _, gv := range gvs {
+			failedGroups[gv.Group] = errors.Join(failedGroups[gv.Group], fmt.Errorf("%s: %w", gv, failed.Groups[gv]))
+		}
 	}
 	var out []Kind
 	for _, l := range lists {
@@ -462,12 +654,13 @@ func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind
 			out = append(out, Kind{GVR: gv.WithResource(r.Name), GVK: gv.WithKind(r.Kind), Namespaced: r.Namespaced})
 		}
 	}
-	return out, nil
+	return out, failedGroups, nil
 }
 
-// HasSynced reports whether the tracker holds every member: a Refresh has added the informers of
-// every tracked kind and group label (since Start, or since a namespace came into scope) and each
-// has synced. Until then Members may miss some, or all.
+// HasSynced reports whether the tracker holds every member it can: a Refresh has added the
+// informers of every tracked kind and group label (since Start, or since a namespace came into
+// scope) and each has synced, or failed to list (its kind is unavailable: see Unavailable). Until
+// then Members may miss some, or all.
 func (t *Tracker) HasSynced() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -475,11 +668,76 @@ func (t *Tracker) HasSynced() bool {
 		return false
 	}
 	for _, tr := range t.informers {
-		if !tr.informer.HasSynced() {
+		if tr.pending() {
 			return false
 		}
 	}
 	return true
+}
+
+// Unavailable returns the tracked kinds whose objects the tracker cannot see in full, with why:
+// their LIST or WATCH fails (with the last error), the manager lost list and watch access to them,
+// or their API group's discovery failed. Their informers keep what they last held (Members still
+// shows it, possibly out of date) and keep retrying. A kind discovery no longer serves (a CRD
+// deleted) is gone, not unavailable: its informers stop.
+func (t *Tracker) Unavailable() map[schema.GroupVersionResource]string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.unavailable()
+}
+
+func (t *Tracker) unavailable() map[schema.GroupVersionResource]string {
+	out := maps.Clone(t.kept)
+	if out == nil {
+		out = map[schema.GroupVersionResource]string{}
+	}
+	// The informers in a stable order: the reason, with its error, goes into Sequence statuses.
+	order := slices.SortedFunc(maps.Keys(t.informers), func(a, b informerKey) int {
+		return strings.Compare(a.gvr.String()+"\x00"+a.label, b.gvr.String()+"\x00"+b.label)
+	})
+	for _, key := range order {
+		if _, ok := out[key.gvr]; ok {
+			continue
+		}
+		if err := t.informers[key].failing(); err != nil {
+			out[key.gvr] = listFailure(key.gvr, err)
+		}
+	}
+	return out
+}
+
+// WhyUnavailable returns, of resources, those whose objects the tracker cannot see in full, with
+// why: the tracked kinds that are Unavailable, and also resources it does not track because the
+// manager may not list and watch them, or because their API group's discovery failed (a manager
+// that starts while an aggregated API is down knows none of its kinds). A resource the API server
+// does not serve at all is gone: it is not returned.
+func (t *Tracker) WhyUnavailable(resources []schema.GroupResource) map[schema.GroupResource]string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if len(resources) == 0 {
+		return nil
+	}
+	tracked := map[schema.GroupResource]bool{}
+	for gvr := range t.kinds {
+		tracked[gvr.GroupResource()] = true
+	}
+	byResource := map[schema.GroupResource]string{}
+	for gvr, why := range t.unavailable() {
+		byResource[gvr.GroupResource()] = why
+	}
+	out := map[schema.GroupResource]string{}
+	for _, gr := range resources {
+		switch err, failed := t.failedGroups[gr.Group]; {
+		case byResource[gr] != "":
+			out[gr] = byResource[gr]
+		case tracked[gr]:
+		case t.unwatchable[gr]:
+			out[gr] = accessLost(gr)
+		case failed:
+			out[gr] = groupUnavailable(gr.Group, err)
+		}
+	}
+	return out
 }
 
 // Discovered reports whether the tracker's first Refresh since Start has completed: from then on,
@@ -567,8 +825,21 @@ func (t *Tracker) Kinds() []Kind {
 // FreshMembers lists the members of a sequence straight from the API server with a consistent
 // read, for decisions that must not act on a lagging cache. namespace limits namespaced kinds to
 // one namespace ("" = all).
+//
+// It leaves out the kinds that are Unavailable: their LIST would fail the read of every sequence,
+// where only the sequences that have members of them must wait (the sequence controller does not
+// plan those).
 func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) ([]MetaObject, error) {
-	return ListMembers(ctx, t.Metadata, t.Kinds(), t.GroupLabels(), sequence, namespace)
+	t.mu.RLock()
+	unavailable := t.unavailable()
+	kinds := make([]Kind, 0, len(t.kinds))
+	for gvr, k := range t.kinds {
+		if _, ok := unavailable[gvr]; !ok {
+			kinds = append(kinds, k)
+		}
+	}
+	t.mu.RUnlock()
+	return ListMembers(ctx, t.Metadata, kinds, t.GroupLabels(), sequence, namespace)
 }
 
 // ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,

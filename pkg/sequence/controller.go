@@ -101,6 +101,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if idx == nil || !r.Tracker.HasSynced() {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	prev := &wavev1.Sequence{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	// A sequence whose status records a kind the tracker cannot see in full (its LIST fails, access
+	// to it was revoked, its API group is down) is not planned on the rest of its members: a plan
+	// missing that kind's objects would release later groups' pods early, delete wait Jobs as
+	// stale, and let the teardown hold release an earlier group's finalizer while that kind's
+	// objects still exist. Only such sequences wait; the others are planned as usual.
+	if msg := unavailableKinds(prev, r.Tracker.WhyUnavailable); msg != "" {
+		return r.frozen(ctx, prev, msg)
+	}
 	jobs, err := r.waitJobs(ctx, seq)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -142,10 +154,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	inversions := Inversions(mos)
 
-	prev := &wavev1.Sequence{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
 	// Teardown and creation ordering are independent steps: a failed teardown step (a cleanup LIST,
 	// say) does not stop wait Jobs and ungating, nor the other way round. Every step runs, the
 	// status is written from what they did, and their errors are returned together (a retry).
