@@ -3,6 +3,7 @@ package members
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,20 +80,24 @@ func TestRefreshKeepsADroppedLabelUntilItsObjectsAreReleased(t *testing.T) {
 			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 				map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, tc.obj)
 			labels := []string{keys.GroupLabel, tier, component}
+			var mu sync.Mutex
 			var woken []string
+			wokenNow := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(woken) }
 			tr := &Tracker{
 				Dynamic: dyn,
 				Discovery: preferredResources{FakeDiscovery: &discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{}},
 					lists: []*metav1.APIResourceList{{GroupVersion: "v1", APIResources: []metav1.APIResource{
 						{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"list", "watch"}}}}}},
 				GroupLabels: func() []string { return labels },
-				OnChange:    func(seq string) { woken = append(woken, seq) },
+				OnChange:    func(seq string) { mu.Lock(); defer mu.Unlock(); woken = append(woken, seq) },
 				informers:   map[informerKey]*tracked{},
 			}
 			if err := tr.Refresh(ctx); err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
 			woken = nil // the initial list
+			mu.Unlock()
 			labels = tc.after
 			if err := tr.Refresh(ctx); err != nil {
 				t.Fatal(err)
@@ -100,7 +105,7 @@ func TestRefreshKeepsADroppedLabelUntilItsObjectsAreReleased(t *testing.T) {
 			if diff := cmp.Diff(tc.wantKept, tr.trackedLabels()); diff != "" {
 				t.Errorf("informers kept (-want,+got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.wantWoken, woken); diff != "" {
+			if diff := cmp.Diff(tc.wantWoken, wokenNow()); diff != "" {
 				t.Errorf("sequences woken (-want,+got):\n%s", diff)
 			}
 			if len(tc.wantWoken) == 0 {

@@ -79,7 +79,9 @@ type informerKey struct {
 
 type tracked struct {
 	kind     Kind
+	label    string
 	informer cache.SharedIndexInformer
+	ctx      context.Context
 	cancel   context.CancelFunc
 	health   listHealth
 }
@@ -480,7 +482,7 @@ func Selector(label string) string {
 
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
 	sel := Selector(label)
-	tr := &tracked{kind: k}
+	tr := &tracked{kind: k, label: label}
 	// As dynamicinformer's ListWatch, and it sees every LIST and WATCH fail: the reflector retries
 	// some failures without ever reporting them to its watch error handler (a 429 "storage is
 	// (re)initializing" from the watch cache of a CRD whose objects do not convert, say, for as long
@@ -529,7 +531,7 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		DeleteFunc: notify,
 	})
 	ictx, cancel := context.WithCancel(ctx)
-	tr.cancel = cancel
+	tr.ctx, tr.cancel = ictx, cancel
 	go inf.RunWithContext(ictx)
 	return tr
 }
@@ -546,10 +548,58 @@ func (t *Tracker) failed(tr *tracked, err error) {
 	tr.health.mu.Lock()
 	tr.health.err, tr.health.rv, tr.health.synced = err, tr.informer.LastSyncResourceVersion(), tr.informer.HasSynced()
 	tr.health.mu.Unlock()
-	if !wasFailing && t.OnChange != nil {
-		for _, seq := range slices.Sorted(maps.Keys(sequencesOf(tr.informer.GetStore().List()))) {
-			t.OnChange(seq)
+	if wasFailing {
+		return
+	}
+	t.wake(tr)
+	if t.Metadata != nil && tr.ctx != nil {
+		go t.probe(tr)
+	}
+}
+
+// probePeriod is how often the kind of a synced informer that failed is read again.
+var probePeriod = 5 * time.Second
+
+// probe reads, every probePeriod while a synced informer's error stands, one object of its kind
+// straight from the API server: a read that succeeds ends the error (a watch broken once, the
+// kind readable again), where the informer's own progress would end it only at its next event or
+// bookmark, a minute later on a quiet kind, and every sequence that records the kind would wait
+// that long. An informer that never synced stays unavailable until it syncs: a read says nothing of
+// what it holds.
+func (t *Tracker) probe(tr *tracked) {
+	sel := Selector(tr.label)
+	for {
+		select {
+		case <-tr.ctx.Done():
+			return
+		case <-time.After(probePeriod):
 		}
+		err := tr.failing()
+		if err == nil {
+			return
+		}
+		if !tr.informer.HasSynced() {
+			continue
+		}
+		if _, lerr := t.Metadata.Resource(tr.kind.GVR).List(tr.ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1}); lerr == nil {
+			tr.health.mu.Lock()
+			if tr.health.err == err {
+				tr.health.err = nil
+			}
+			tr.health.mu.Unlock()
+			t.wake(tr)
+			return
+		}
+	}
+}
+
+// wake tells the sequences an informer holds objects of that its kind's availability changed.
+func (t *Tracker) wake(tr *tracked) {
+	if t.OnChange == nil {
+		return
+	}
+	for _, seq := range slices.Sorted(maps.Keys(sequencesOf(tr.informer.GetStore().List()))) {
+		t.OnChange(seq)
 	}
 }
 

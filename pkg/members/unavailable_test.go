@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/discovery"
 	discoveryfake "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -359,4 +360,43 @@ func TestAKindWhoseWatchTheReflectorRetriesIsUnavailable(t *testing.T) {
 	if d := cmp.Diff([]string{"Widget/w"}, memberNames(tr, "shop")); d != "" {
 		t.Errorf("members (-want +got):\n%s", d)
 	}
+}
+
+// TestAReadableKindIsAvailableAgain: a synced informer whose watch broke stands unavailable until
+// it moves on, which a quiet kind does only at its next bookmark (a minute); a read of the kind
+// that succeeds ends it sooner, and one that fails does not.
+func TestAReadableKindIsAvailableAgain(t *testing.T) {
+	defer func(p time.Duration) { probePeriod = p }(probePeriod)
+	probePeriod = 20 * time.Millisecond
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var down atomic.Bool
+	down.Store(true)
+	broken := apierrors.NewInternalError(errors.New("etcd leader changed"))
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w"))
+	dyn.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
+		if down.Load() {
+			return true, nil, broken
+		}
+		return false, nil, nil
+	})
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	md.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, broken
+		}
+		return false, nil, nil
+	})
+	tr := &Tracker{Dynamic: dyn, Metadata: md, Discovery: newDiscovery(configMapList, widgetList),
+		GroupLabels: func() []string { return []string{keys.GroupLabel} },
+		informers:   map[informerKey]*tracked{}}
+	if err := tr.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(HaveKey(widgets))
+	g.Consistently(tr.Unavailable).WithTimeout(200*time.Millisecond).Should(HaveKey(widgets), "a failing read ended the error")
+	down.Store(false)
+	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).ShouldNot(HaveKey(widgets))
 }
