@@ -12,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -228,6 +229,113 @@ spec:
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			g.Expect(gated(p)).To(BeFalse())
+		}
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
+
+// TestReclosedGroupTimesOutFromItsReopening: a group whose waiter was armed when it opened closes
+// again when an earlier group changes (a new member that is not ready yet); the real Job controller
+// must not time it out while it waits for that earlier group longer than its own timeout. Once the
+// earlier group is ready again the group's timeout counts afresh, and the group is released when
+// its members are ready.
+func TestReclosedGroupTimesOutFromItsReopening(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "reclose"
+	dir := t.TempDir()
+	exitJob := func(name, group, file string) string {
+		return fmt.Sprintf(`apiVersion: batch/v1
+kind: Job
+metadata: {name: %[2]s, namespace: %[1]s, labels: {wavegate.io/group: %[3]s}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {labels: {dev.wavegate.io/exec: "true"}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: run, image: run:1, command: [sh, -c, "until [ -e %[4]s ]; do sleep 0.2; done"]}]
+`, ns, name, group, filepath.Join(dir, file))
+	}
+	base := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: wavegate.io/v1alpha1
+kind: WavePolicy
+metadata: {name: reclose}
+spec:
+  groups:
+  - {name: reclose-a, order: 1}
+  - {name: reclose-b, order: 2, timeout: 8s}
+  - {name: reclose-c, order: 3}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a, namespace: %[1]s, labels: {wavegate.io/group: reclose-a}}
+---
+%[2]s---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: c, namespace: %[1]s, labels: {wavegate.io/group: reclose-c}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: c}}
+  template:
+    metadata: {labels: {app: c}}
+    spec:
+      containers: [{name: c, image: c:1}]
+`, ns, exitJob("b", "reclose-b", "b-ready"))
+	path := writeTemp(t, base)
+	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", path).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run()
+		_ = exec.Command(kubectl, "delete", "wavepolicy", "reclose", "--wait=false").Run()
+	})
+	waitJobOf := func(g Gomega, group string) *batchv1.Job {
+		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=" + group})
+		g.Expect(err).NotTo(HaveOccurred())
+		var live []batchv1.Job
+		for _, j := range jobs.Items {
+			if j.DeletionTimestamp == nil {
+				live = append(live, j)
+			}
+		}
+		g.Expect(live).To(HaveLen(1))
+		return &live[0]
+	}
+	// b is open (a, a ConfigMap, is ready at once), and its waiter armed with b's timeout.
+	var armed *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		armed = waitJobOf(g, "reclose-b")
+		g.Expect(armed.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+	// a gains a member that is not ready: b closes again, and its waiter loses its deadline.
+	run(t, "apply", "-f", writeTemp(t, exitJob("a-more", "reclose-a", "a-ready")))
+	g.Eventually(func(g Gomega) {
+		j := waitJobOf(g, "reclose-b")
+		g.Expect(j.UID).To(Equal(armed.UID))
+		g.Expect(j.Spec.ActiveDeadlineSeconds).To(BeNil())
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	// Longer than b's timeout: the Job controller does not fail b's waiter.
+	g.Consistently(func(g Gomega) {
+		j := waitJobOf(g, "reclose-b")
+		g.Expect(sequence.StateOf(j)).To(Equal(sequence.JobRunning))
+	}).WithTimeout(12 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+	// a ready again: b reopens with a fresh deadline, and is released once its Job completes.
+	g.Expect(os.WriteFile(filepath.Join(dir, "a-ready"), nil, 0o600)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(waitJobOf(g, "reclose-b").Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "b-ready"), nil, 0o600)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(sequence.StateOf(waitJobOf(g, "reclose-b"))).To(Equal(sequence.JobComplete))
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=c"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(pods.Items).NotTo(BeEmpty())
 		for _, p := range pods.Items {
