@@ -111,14 +111,23 @@ func (s openness) opens(group string, pos func() podGroup) bool {
 	if open, ok := s.groups[group]; ok || pos == nil || !s.others {
 		return open
 	}
-	p := pos()
+	until, required := s.waitsFor(group, pos())
+	return until == "" && required == ""
+}
+
+// waitsFor returns what the pods of a group outside the plan wait for: the plan's first group that
+// is not released, if it sorts before theirs, or else a group their policy requires that the plan
+// does not have (it has no members yet, so it is not released). Both empty: they may go.
+func (s openness) waitsFor(group string, p podGroup) (until, required string) {
+	if s.blocked && (s.untilOrder < p.order || s.untilOrder == p.order && s.untilName <= group) {
+		return s.untilName, ""
+	}
 	for _, r := range p.requires {
 		if _, ok := s.groups[r]; !ok {
-			// A required group the plan does not have has no members yet: it is not released.
-			return false
+			return "", r
 		}
 	}
-	return !s.blocked || p.order < s.untilOrder || p.order == s.untilOrder && group < s.untilName
+	return "", ""
 }
 
 // podGroup is where the group of a gated pod stands in its sequence when the plan does not have

@@ -256,18 +256,11 @@ func clearedTemplates(cleared, released, running, present []string) []string {
 // members yet.
 func podsOnlyMessage(plan []*Group, name string, pg podGroup) string {
 	const what = "no tracked member (pods are not members)"
-	for _, g := range plan {
-		if g.Order > pg.order || g.Order == pg.order && g.Name > name {
-			break
-		}
-		if !g.Released {
-			return fmt.Sprintf("%s; its pods wait for group %s", what, g.Name)
-		}
-	}
-	for _, r := range pg.requires {
-		if !slices.ContainsFunc(plan, func(g *Group) bool { return g.Name == r }) {
-			return fmt.Sprintf("%s; its pods wait for group %s, which is required and has no members yet", what, r)
-		}
+	switch until, required := openGroups(plan).waitsFor(name, pg); {
+	case until != "":
+		return fmt.Sprintf("%s; its pods wait for group %s", what, until)
+	case required != "":
+		return fmt.Sprintf("%s; its pods wait for group %s, which is required and has no members yet", what, required)
 	}
 	return what + "; its pods wait for the members to settle"
 }
