@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -80,6 +82,8 @@ type informerKey struct {
 type tracked struct {
 	kind     Kind
 	label    string
+	started  time.Time
+	stall    time.Duration
 	informer cache.SharedIndexInformer
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -101,6 +105,10 @@ type listHealth struct {
 func (tr *tracked) failing() error {
 	tr.health.mu.Lock()
 	defer tr.health.mu.Unlock()
+	return tr.failingLocked()
+}
+
+func (tr *tracked) failingLocked() error {
 	if tr.health.err == nil || tr.informer.HasSynced() != tr.health.synced || tr.informer.LastSyncResourceVersion() != tr.health.rv {
 		return nil
 	}
@@ -112,7 +120,20 @@ func (tr *tracked) failing() error {
 // conversion webhook is down) is unavailable, not pending: waiting for it would stop every sequence
 // of every namespace, where only those that have members of its kind must wait (Unavailable).
 func (tr *tracked) pending() bool {
-	return !tr.informer.HasSynced() && tr.failing() == nil
+	return !tr.informer.HasSynced() && tr.failing() == nil && !tr.stalled()
+}
+
+// stalled reports whether an informer has not listed within its tracker's ListStall of its start.
+func (tr *tracked) stalled() bool {
+	return !tr.started.IsZero() && !tr.informer.HasSynced() && time.Since(tr.started) >= tr.stall
+}
+
+// listStall is ListStall, defaulted.
+func (t *Tracker) listStall() time.Duration {
+	if t.ListStall > 0 {
+		return t.ListStall
+	}
+	return 30 * time.Second
 }
 
 // benignWatchError reports whether a reflector's error is not a failure of the kind: the ordinary
@@ -121,7 +142,13 @@ func (tr *tracked) pending() bool {
 // aggregated API that is down answers 503 through the API server).
 func benignWatchError(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.Canceled) ||
-		apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || utilnet.IsConnectionRefused(err)
+		apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || utilnet.IsConnectionRefused(err) ||
+		// A watch from a resource version the API server's cache has not reached yet: the reflector
+		// lists again by itself.
+		apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge) ||
+		// The connection dropped (an API server restarting, a load balancer): the reflector
+		// reconnects, and every kind fails alike.
+		utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
 }
 
 // ResourceString is how a group's resources appear in the Sequence status: <group>/<version>/<resource>,
@@ -160,6 +187,13 @@ type Tracker struct {
 	CanWatch func(group, resource string) bool
 	// Ready, when set, is waited for before the first discovery (the permission review).
 	Ready func() bool
+	// ListStall is how long an informer may take to list before its kind is unavailable (0: 30 s):
+	// a LIST that neither ends nor fails (an aggregated API that hangs; a streamed list waits up to
+	// the API server's watch timeout) would otherwise hold every sequence, as a failing one would.
+	ListStall time.Duration
+	// ProbePeriod is how often a kind whose informer synced and then failed is read again, to tell
+	// when it is back (0: 5 s).
+	ProbePeriod time.Duration
 	// InScope says whether wavegate acts on a namespace's objects. Objects of other namespaces are
 	// kept as metadata only (what releasing a finalizer needs); when a namespace comes into scope,
 	// Rescope re-lists. Nil: every namespace.
@@ -167,6 +201,11 @@ type Tracker struct {
 
 	rescope chan struct{}
 	relabel chan struct{}
+
+	// gen counts the changes of what the tracker can show: informers added, stopped or replaced, a
+	// kind becoming unavailable or available again. A pass that read the members decides on them only
+	// while it is unchanged (Changed).
+	gen atomic.Uint64
 
 	refreshing sync.Mutex
 	mu         sync.RWMutex
@@ -278,6 +317,7 @@ func (t *Tracker) Rescope() {
 	t.mu.Lock()
 	t.stale = true
 	t.mu.Unlock()
+	t.gen.Add(1)
 	poke(t.signal(&t.rescope))
 }
 
@@ -309,6 +349,7 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 			}
 			tr.cancel()
 			delete(t.informers, key)
+			t.gen.Add(1)
 		}
 		t.listed, t.stale = false, false
 		t.mu.Unlock()
@@ -349,6 +390,7 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		}
 		tr.cancel()
 		delete(t.informers, key)
+		t.gen.Add(1)
 	}
 	for key, k := range want {
 		if _, ok := t.informers[key]; ok {
@@ -357,6 +399,7 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		tr := t.newInformer(ctx, k, key.label, labelKeys)
 		t.informers[key] = tr
 		started = append(started, tr)
+		t.gen.Add(1)
 	}
 	t.kinds, t.kept, t.unwatchable, t.failedGroups = kinds, kept, unwatchable, failedGroups
 	t.mu.Unlock()
@@ -444,10 +487,15 @@ func listFailure(gvr schema.GroupVersionResource, err error) string {
 	if apierrors.IsForbidden(err) {
 		fix = fmt.Sprintf("grant list and watch on %s with a ClusterRole labeled %s=true", gvr.GroupResource(), keys.AggregateToManagerLabel)
 	}
-	// The API server's own message, without the reflector's wrapping ("failed to list ...").
+	// The API server's own message, without the reflector's wrapping ("failed to list ...") nor a
+	// request's URL (its resourceVersion and timeout change at every retry, and the message goes
+	// into the Sequence's status and Events).
 	msg := err.Error()
+	var uerr *url.Error
 	if st := apierrors.APIStatus(nil); errors.As(err, &st) && st.Status().Message != "" {
 		msg = st.Status().Message
+	} else if errors.As(err, &uerr) {
+		msg = uerr.Err.Error()
 	}
 	return fmt.Sprintf("listing %s fails (%s): %s", ResourceString(gvr), msg, fix)
 }
@@ -482,7 +530,7 @@ func Selector(label string) string {
 
 func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []string) *tracked {
 	sel := Selector(label)
-	tr := &tracked{kind: k, label: label}
+	tr := &tracked{kind: k, label: label, started: time.Now(), stall: t.listStall()}
 	// As dynamicinformer's ListWatch, and it sees every LIST and WATCH fail: the reflector retries
 	// some failures without ever reporting them to its watch error handler (a 429 "storage is
 	// (re)initializing" from the watch cache of a CRD whose objects do not convert, say, for as long
@@ -544,21 +592,27 @@ func (t *Tracker) failed(tr *tracked, err error) {
 	if err == nil || benignWatchError(err) {
 		return
 	}
-	wasFailing := tr.failing() != nil
 	tr.health.mu.Lock()
+	wasFailing := tr.failingLocked() != nil
 	tr.health.err, tr.health.rv, tr.health.synced = err, tr.informer.LastSyncResourceVersion(), tr.informer.HasSynced()
 	tr.health.mu.Unlock()
 	if wasFailing {
 		return
 	}
+	t.gen.Add(1)
 	t.wake(tr)
-	if t.Metadata != nil && tr.ctx != nil {
+	if tr.ctx != nil {
 		go t.probe(tr)
 	}
 }
 
-// probePeriod is how often the kind of a synced informer that failed is read again.
-var probePeriod = 5 * time.Second
+// probePeriod is how often the kind of a synced informer that failed is read again (ProbePeriod).
+func (t *Tracker) probePeriod() time.Duration {
+	if t.ProbePeriod > 0 {
+		return t.ProbePeriod
+	}
+	return 5 * time.Second
+}
 
 // probe reads, every probePeriod while a synced informer's error stands, one object of its kind
 // straight from the API server: a read that succeeds ends the error (a watch broken once, the
@@ -572,7 +626,7 @@ func (t *Tracker) probe(tr *tracked) {
 		select {
 		case <-tr.ctx.Done():
 			return
-		case <-time.After(probePeriod):
+		case <-time.After(t.probePeriod()):
 		}
 		err := tr.failing()
 		if err == nil {
@@ -581,12 +635,14 @@ func (t *Tracker) probe(tr *tracked) {
 		if !tr.informer.HasSynced() {
 			continue
 		}
-		if _, lerr := t.Metadata.Resource(tr.kind.GVR).List(tr.ctx, metav1.ListOptions{LabelSelector: sel, Limit: 1}); lerr == nil {
+		// The informer's own read (every labeled object, in full: one that does not convert fails it).
+		if _, lerr := t.Dynamic.Resource(tr.kind.GVR).List(tr.ctx, metav1.ListOptions{LabelSelector: sel}); lerr == nil {
 			tr.health.mu.Lock()
 			if tr.health.err == err {
 				tr.health.err = nil
 			}
 			tr.health.mu.Unlock()
+			t.gen.Add(1)
 			t.wake(tr)
 			return
 		}
@@ -751,6 +807,9 @@ func (t *Tracker) unavailable() map[schema.GroupVersionResource]string {
 		}
 		if err := t.informers[key].failing(); err != nil {
 			out[key.gvr] = listFailure(key.gvr, err)
+		} else if t.informers[key].stalled() {
+			out[key.gvr] = fmt.Sprintf("listing %s has not completed in %s: repair what serves it (its APIService, or its CRD's conversion webhook)",
+				ResourceString(key.gvr), t.informers[key].stall)
 		}
 	}
 	return out
@@ -874,23 +933,27 @@ func (t *Tracker) Kinds() []Kind {
 
 // FreshMembers lists the members of a sequence straight from the API server with a consistent
 // read, for decisions that must not act on a lagging cache. namespace limits namespaced kinds to
-// one namespace ("" = all).
-//
-// It leaves out the kinds that are Unavailable: their LIST would fail the read of every sequence,
-// where only the sequences that have members of them must wait (the sequence controller does not
-// plan those).
-func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string) ([]MetaObject, error) {
+// one namespace ("" = all). It leaves out the kinds of skip: those the caller found Unavailable when
+// it decided to plan the sequence (the sequence records none of them; their LIST would fail the read
+// of every sequence). Any other kind is read, and one whose LIST fails fails the read: a kind that
+// became unavailable since then may hold the sequence's members.
+func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, skip map[schema.GroupVersionResource]string) ([]MetaObject, error) {
 	t.mu.RLock()
-	unavailable := t.unavailable()
 	kinds := make([]Kind, 0, len(t.kinds))
 	for gvr, k := range t.kinds {
-		if _, ok := unavailable[gvr]; !ok {
+		if _, ok := skip[gvr]; !ok {
 			kinds = append(kinds, k)
 		}
 	}
 	t.mu.RUnlock()
 	return ListMembers(ctx, t.Metadata, kinds, t.GroupLabels(), sequence, namespace)
 }
+
+// Generation is where the tracker's view stands: it moves when informers are added, stopped or
+// replaced, and when a kind becomes unavailable or available again. A pass that planned on the
+// members writes what it decided only if the generation has not moved since it read them (a
+// re-list may have left it a partial view).
+func (t *Tracker) Generation() uint64 { return t.gen.Load() }
 
 // ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,
 // straight from the API server (a consistent read). namespace limits the read to namespaced kinds

@@ -366,30 +366,30 @@ func TestAKindWhoseWatchTheReflectorRetriesIsUnavailable(t *testing.T) {
 // it moves on, which a quiet kind does only at its next bookmark (a minute); a read of the kind
 // that succeeds ends it sooner, and one that fails does not.
 func TestAReadableKindIsAvailableAgain(t *testing.T) {
-	defer func(p time.Duration) { probePeriod = p }(probePeriod)
-	probePeriod = 20 * time.Millisecond
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var down atomic.Bool
+	var lists atomic.Int32
 	down.Store(true)
 	broken := apierrors.NewInternalError(errors.New("etcd leader changed"))
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w"))
+	// The first LIST (the informer's) succeeds; then, while the kind is down, its watch and every
+	// later read fail.
+	dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if down.Load() && lists.Add(1) > 1 {
+			return true, nil, broken
+		}
+		return false, nil, nil
+	})
 	dyn.PrependWatchReactor("widgets", func(clienttesting.Action) (bool, watch.Interface, error) {
 		if down.Load() {
 			return true, nil, broken
 		}
 		return false, nil, nil
 	})
-	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
-	md.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if down.Load() {
-			return true, nil, broken
-		}
-		return false, nil, nil
-	})
-	tr := &Tracker{Dynamic: dyn, Metadata: md, Discovery: newDiscovery(configMapList, widgetList),
+	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList), ProbePeriod: 20 * time.Millisecond,
 		GroupLabels: func() []string { return []string{keys.GroupLabel} },
 		informers:   map[informerKey]*tracked{}}
 	if err := tr.Refresh(ctx); err != nil {
@@ -397,6 +397,55 @@ func TestAReadableKindIsAvailableAgain(t *testing.T) {
 	}
 	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(HaveKey(widgets))
 	g.Consistently(tr.Unavailable).WithTimeout(200*time.Millisecond).Should(HaveKey(widgets), "a failing read ended the error")
+	before := tr.Generation()
 	down.Store(false)
 	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).ShouldNot(HaveKey(widgets))
+	g.Expect(tr.Generation()).To(BeNumerically(">", before), "the kind came back without moving the generation")
+}
+
+// TestAKindThatNeverListsDoesNotHoldTheTracker: a LIST that neither ends nor fails (an aggregated
+// API that hangs) holds the tracker only for ListStall; then its kind is unavailable, and it is
+// tracked as usual once it lists.
+func TestAKindThatNeverListsDoesNotHoldTheTracker(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w"))
+	dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-release
+		return false, nil, nil
+	})
+	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList), ListStall: 200 * time.Millisecond,
+		GroupLabels: func() []string { return []string{keys.GroupLabel} },
+		informers:   map[informerKey]*tracked{}}
+	if err := tr.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Expect(tr.HasSynced()).To(BeTrue())
+	g.Expect(tr.Unavailable()).To(HaveKeyWithValue(widgets, ContainSubstring("listing example.com/v1/widgets has not completed in 200ms")))
+	close(release)
+	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeEmpty())
+	g.Expect(memberNames(tr, "shop")).To(Equal([]string{"Widget/w"}))
+}
+
+// TestFreshMembersReadsEveryKindItIsNotToldToSkip: the consistent read leaves out only the kinds
+// the pass found unavailable when it began; another kind whose LIST fails (it failed since) fails
+// the read, which then releases nothing.
+func TestFreshMembersReadsEveryKindItIsNotToldToSkip(t *testing.T) {
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	md.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(errors.New("conversion webhook for example.com/v1, Kind=Widget failed"))
+	})
+	tr := &Tracker{Metadata: md, GroupLabels: func() []string { return []string{keys.GroupLabel} },
+		kinds: map[schema.GroupVersionResource]Kind{
+			configMaps: {GVR: configMaps, GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true},
+			widgets:    {GVR: widgets, GVK: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, Namespaced: true}}}
+	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", nil); err == nil {
+		t.Error("a kind that became unavailable was left out of the read")
+	}
+	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", map[schema.GroupVersionResource]string{widgets: "down"}); err != nil {
+		t.Errorf("a kind unavailable when the pass began failed the read: %v", err)
+	}
 }

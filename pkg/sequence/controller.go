@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -101,6 +102,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if idx == nil || !r.Tracker.HasSynced() {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	// What the tracker shows now: the pass decides on it only while it stays so (a re-list, a kind
+	// failing meanwhile, may leave the members it reads partial), and its consistent reads leave out
+	// only the kinds unavailable now.
+	view, unavailable := r.Tracker.Generation(), r.Tracker.Unavailable()
 	prev := &wavev1.Sequence{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
@@ -109,10 +114,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// to it was revoked, its API group is down) is not planned on the rest of its members: a plan
 	// missing that kind's objects would release later groups' pods early, delete wait Jobs as
 	// stale, and let the teardown hold release an earlier group's finalizer while that kind's
-	// objects still exist. Only such sequences wait; the others are planned as usual.
-	if msg := unavailableKinds(prev, r.Tracker.WhyUnavailable); msg != "" {
-		return r.frozen(ctx, prev, msg)
-	}
+	// objects still exist. Only such sequences wait; the others are planned as usual. What does not
+	// depend on the order is still released first (below).
+	frozen := unavailableKinds(prev, r.Tracker.WhyUnavailable)
 	jobs, err := r.waitJobs(ctx, seq)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -121,13 +125,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace)
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
-	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc}
+	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.releaseOutside(ctx, pods, strangers, outside, sc); err != nil {
 		return ctrl.Result{}, err
+	}
+	if frozen != "" {
+		return r.frozen(ctx, prev, frozen)
 	}
 	ms := make([]Member, 0, len(objs))
 	mos := make([]memberObject, 0, len(objs))
@@ -158,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// say) does not stop wait Jobs and ungating, nor the other way round. Every step runs, the
 	// status is written from what they did, and their errors are returned together (a retry).
 	var errs []error
-	td, err := r.holder().Reconcile(ctx, seq, objs, idx, sc)
+	td, err := r.holder(unavailable).Reconcile(ctx, seq, objs, idx, sc)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("teardown: %w", err))
 	}
@@ -167,6 +174,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// pods are never members), which nothing would release after it.
 	empty := len(plan) == 0 && len(jobs) == 0 && len(objs) == 0 && err == nil
 	if empty && !anyGated(pods) {
+		if r.Tracker.Generation() != view {
+			return ctrl.Result{}, errViewChanged
+		}
 		r.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
@@ -198,6 +208,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if len(errs) > 0 || len(gated.gated) > 0 {
 			return ctrl.Result{RequeueAfter: settle}, errors.Join(errs...)
 		}
+		if r.Tracker.Generation() != view {
+			return ctrl.Result{}, errViewChanged
+		}
 		r.forget(seq)
 		return ctrl.Result{}, client.IgnoreNotFound(r.deleteSequence(ctx, prev))
 	}
@@ -213,6 +226,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.emitEvents(seq, plan, prev, objs)
 	var again time.Duration
 	status := goStep("writing the status", func() (err error) {
+		// The status records the kinds of the sequence's members: written from a partial view, it
+		// would forget a kind whose informer was being replaced, and nothing would stop the
+		// sequence from being planned without it once the kind turns out unavailable.
+		if r.Tracker.Generation() != view {
+			return errViewChanged
+		}
 		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, changing, prev)
 		return err
 	})
@@ -288,9 +307,13 @@ func (r *Reconciler) event(o *unstructured.Unstructured, typ, reason, format str
 }
 
 // holder is ordered teardown's step, on the reconciler's clients.
-func (r *Reconciler) holder() *teardown.Holder {
-	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now}
+func (r *Reconciler) holder(unavailable map[schema.GroupVersionResource]string) *teardown.Holder {
+	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now, Unavailable: unavailable}
 }
+
+// errViewChanged is returned by a pass whose members' view changed while it ran: it writes no
+// status and deletes no Sequence from it, and is retried.
+var errViewChanged = errors.New("the tracked members changed while the pass ran (informers re-listed, or a kind failing): retrying")
 
 // startJobs is the first decision on wait Jobs, on the cache alone: the Job of a group's current
 // revision is created, unarmed, as soon as the cache shows the group open or next (Prestart).

@@ -69,9 +69,11 @@ func unavailableKinds(prev *wavev1.Sequence, why func([]schema.GroupResource) ma
 }
 
 // frozen reports a sequence that is not planned: its Ready condition says why, and a Warning Event
-// on the Sequence says it once per change. Nothing else changes: its gated pods stay gated, its wait
-// Jobs stay as they are, its deleted members stay held, and its status keeps the groups and
-// resources it recorded (what keeps it frozen until the kind is back).
+// on the Sequence says it once per change. Its gated pods stay gated, its wait Jobs stay as they
+// are, its deleted members stay held, and its status keeps the groups and resources it recorded
+// (what keeps it frozen until the kind is back). No template stays cleared: admission gates every
+// new pod of the sequence, as the controller cannot tell whether an earlier group changed (an
+// upgrade of the kind it cannot see); the pods go when the sequence is planned again.
 func (r *Reconciler) frozen(ctx context.Context, prev *wavev1.Sequence, msg string) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	before := prev.DeepCopy()
@@ -85,6 +87,9 @@ func (r *Reconciler) frozen(ctx context.Context, prev *wavev1.Sequence, msg stri
 		log.V(1).Info("Still not planning the sequence: a kind of its members is unavailable")
 	}
 	meta.SetStatusCondition(&prev.Status.Conditions, cond)
+	for i := range prev.Status.Groups {
+		prev.Status.Groups[i].ClearedTemplates = nil
+	}
 	if equality.Semantic.DeepEqual(before.Status, prev.Status) {
 		return ctrl.Result{RequeueAfter: unavailableRecheck}, nil
 	}

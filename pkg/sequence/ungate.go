@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -99,6 +100,9 @@ type freshView struct {
 	scope *scope
 	// members reads the sequence's members (Tracker.FreshMembers when nil; tests replace it).
 	members func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error)
+	// unavailable are the kinds the tracker could not see when the pass began: the read leaves them
+	// out, and fails on any other kind it cannot list.
+	unavailable map[schema.GroupVersionResource]string
 	// positions remembers podGroup per pod for the reconcile.
 	positions map[types.UID]podGroup
 }
@@ -155,7 +159,9 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 	ns := f.idx.MemberNamespace(f.seq)
 	read := f.members
 	if read == nil {
-		read = f.r.Tracker.FreshMembers
+		read = func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error) {
+			return f.r.Tracker.FreshMembers(ctx, seq, namespace, f.unavailable)
+		}
 	}
 	objs, err := read(ctx, f.seq, ns)
 	if err != nil {
@@ -301,7 +307,7 @@ const ungateParallelism = 64
 func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*corev1.Pod, outside []members.Object, sc *scope) error {
 	for _, o := range outside {
 		if teardown.HasFinalizer(o) {
-			if err := r.holder().Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
+			if err := r.holder(nil).Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
 				return err
 			}
 		}

@@ -55,6 +55,10 @@ type Holder struct {
 	Recorder events.EventRecorder
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+	// Unavailable are the kinds the tracker could not see when the pass decided to order the
+	// sequence: the consistent read that confirms a release leaves them out (see
+	// members.Tracker.FreshMembers).
+	Unavailable map[schema.GroupVersionResource]string
 }
 
 // Namespaces tells which namespaces wavegate acts in, and their labels (policies and shared
@@ -139,7 +143,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if read {
 			return fresh, nil
 		}
-		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq))
+		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq), r.Unavailable)
 		if err != nil {
 			return nil, err
 		}

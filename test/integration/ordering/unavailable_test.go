@@ -76,6 +76,23 @@ func TestAnUnavailableKindFreezesOnlyTheSequencesThatRecordedIt(t *testing.T) {
 	g.Expect(operator.Finalizers).To(ContainElement(keys.TeardownFinalizer))
 	gizmo(held, "cr", member("crs", 1))
 	records(held, "crs")
+	// released: a web group released (its template cleared for admission), a Gizmo after it.
+	released := namespace(t)
+	g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: released, Labels: member("database", 0)}})).To(Succeed())
+	relWeb := deployment(released, "web", member("web", 1))
+	g.Expect(env.Client.Create(ctx, relWeb)).To(Succeed())
+	eventuallyUngated(t, podOf(t, relWeb, relWeb.Spec.Template, "pod-template-hash", "v1"))
+	gizmo(released, "later", member("later", 2))
+	records(released, "later")
+	cleared := func(g Gomega) []string {
+		for _, gs := range sequenceStatus(g, released).Status.Groups {
+			if gs.Name == "web" {
+				return gs.ClearedTemplates
+			}
+		}
+		return nil
+	}
+	g.Eventually(cleared).WithTimeout(timeout).ShouldNot(BeEmpty())
 
 	// The Gizmos' preferred version is now v2, which every LIST of a stored Gizmo converts to
 	// through a webhook that is down.
@@ -117,6 +134,10 @@ func TestAnUnavailableKindFreezesOnlyTheSequencesThatRecordedIt(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(operator), got)).To(Succeed(), "the operator was released")
 		return got.Finalizers
 	}).WithTimeout(gatedWindow).WithPolling(100 * time.Millisecond).Should(ContainElement(keys.TeardownFinalizer))
+	// A frozen sequence clears no template: the controller cannot tell whether an earlier group
+	// changed (here the Gizmos could have), so a new pod of the released template waits too.
+	g.Eventually(cleared).WithTimeout(timeout).Should(BeEmpty(), "a frozen sequence kept a template cleared")
+	expectGated(t, podOf(t, relWeb, relWeb.Spec.Template, "pod-template-hash", "v1"))
 	// And they say why, with a Warning Event.
 	for _, seq := range []string{ordered, held} {
 		g.Eventually(func(g Gomega) *metav1.Condition {
