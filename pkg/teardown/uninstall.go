@@ -56,6 +56,14 @@ func (u *Uninstall) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	patchable, err := members.DiscoverAll(u.Discovery, "list", "patch")
+	if err != nil {
+		return err
+	}
+	writable := map[schema.GroupVersionResource]bool{}
+	for _, k := range patchable {
+		writable[k.GVR] = true
+	}
 	finalizers, gates := 0, 0
 	for _, k := range kinds {
 		gvr := k.GVR
@@ -64,6 +72,12 @@ func (u *Uninstall) Run(ctx context.Context) error {
 			list, err := u.Metadata.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: labels.NewSelector().Add(*req).String()})
 			if err != nil {
 				if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+					continue
+				}
+				if !writable[gvr] {
+					// A read-only kind (metrics, an aggregated API that is down) or a CRD being deleted
+					// whose objects do not list: it is reported, not fatal (the webhooks are gone already).
+					fmt.Fprintf(u.Out, "warning: could not list %s (%v); run uninstall again once it lists, if it holds wavegate's finalizer\n", gvr, err)
 					continue
 				}
 				return fmt.Errorf("listing %s: %w", gvr, err)

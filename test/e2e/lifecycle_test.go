@@ -328,9 +328,14 @@ spec:
 	}).WithTimeout(12 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 
 	// a ready again: b reopens with a fresh deadline, and is released once its Job completes.
+	aReady := time.Now()
 	g.Expect(os.WriteFile(filepath.Join(dir, "a-ready"), nil, 0o600)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		g.Expect(waitJobOf(g, "reclose-b").Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+		j := waitJobOf(g, "reclose-b")
+		g.Expect(j.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+		// Counted from the reopening (the Job controller counts from the Job's start): b's 8 s
+		// after a became ready, not after b first opened.
+		g.Expect(*j.Spec.ActiveDeadlineSeconds).To(BeNumerically(">=", 8+int64(aReady.Sub(j.CreationTimestamp.Time).Seconds())))
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Expect(os.WriteFile(filepath.Join(dir, "b-ready"), nil, 0o600)).To(Succeed())
 	g.Eventually(func(g Gomega) {

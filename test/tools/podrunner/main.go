@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -106,6 +105,9 @@ type runner struct {
 type process struct {
 	uid  types.UID
 	stop context.CancelFunc
+	// grace is the deleting pod's grace period, read when stop is called: the process gets SIGKILL
+	// that long after SIGTERM.
+	grace time.Duration
 	// exited: the process ended and its exit was reported; a deletion now only removes the pod.
 	exited bool
 }
@@ -173,34 +175,72 @@ func (r *runner) handle(ctx context.Context, p *corev1.Pod) {
 	if proc != nil && proc.uid != p.UID {
 		proc = nil // an earlier pod of the same name
 	}
-	if p.DeletionTimestamp != nil {
-		switch {
-		case proc != nil && !proc.exited:
-			proc.stop() // SIGTERM; execute reports the exit, then removes the pod
-		case p.Spec.NodeName != "":
-			// Never started here, or its exit already reported: a kubelet removes it at once.
-			go r.remove(ctx, p)
-		}
-		return
+	terminal := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	switch {
+	case p.Spec.NodeName == "":
+	case p.DeletionTimestamp != nil && proc != nil && !proc.exited:
+		// SIGTERM, and SIGKILL after the grace period; execute reports the exit, then the pod goes.
+		proc.grace = terminationGrace(p)
+		proc.stop()
+	case p.DeletionTimestamp != nil && proc == nil && !terminal:
+		// Deleted before it started here (or while podrunner was down): a kubelet reports it
+		// failed, then removes it. A Job's pod failure policy counts a pod only in a terminal phase.
+		go r.finish(ctx, p, true)
+	case p.DeletionTimestamp != nil:
+		go r.remove(ctx, p) // its exit was reported: removed at once
+	case proc == nil && p.Status.Phase == corev1.PodRunning:
+		// Running, but no process here: podrunner restarted. The process is lost (a kubelet would
+		// still have it): it is reported failed, and its Job replaces it.
+		r.running[key] = &process{uid: p.UID, stop: func() {}, exited: true}
+		go r.finish(ctx, p, false)
+	case proc == nil && p.Status.Phase == corev1.PodPending:
+		pctx, stop := context.WithCancel(ctx)
+		proc = &process{uid: p.UID, stop: stop}
+		r.running[key] = proc
+		go func() {
+			defer stop()
+			reported, err := r.execute(ctx, pctx, proc, p)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "podrunner: %s: %v\n", key, err)
+			}
+			r.mu.Lock()
+			proc.exited = true
+			r.mu.Unlock()
+			switch {
+			case ctx.Err() != nil:
+			case pctx.Err() != nil && reported:
+				r.remove(ctx, p) // stopped because the pod is being deleted: its exit is reported
+			case pctx.Err() != nil || !reported:
+				r.finish(ctx, p, pctx.Err() != nil) // it never ran, or its exit could not be reported
+			}
+		}()
 	}
-	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodPending || proc != nil {
-		return
+}
+
+// terminationGrace is how long a kubelet lets a deleted pod's containers stop before SIGKILL: the
+// grace period of the deletion, at least 2 s.
+func terminationGrace(p *corev1.Pod) time.Duration {
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if p.DeletionGracePeriodSeconds != nil {
+		grace = *p.DeletionGracePeriodSeconds
+	} else if p.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *p.Spec.TerminationGracePeriodSeconds
 	}
-	pctx, stop := context.WithCancel(ctx)
-	proc = &process{uid: p.UID, stop: stop}
-	r.running[key] = proc
-	go func() {
-		defer stop()
-		if err := r.execute(ctx, pctx, p); err != nil {
-			fmt.Fprintf(os.Stderr, "podrunner: %s: %v\n", key, err)
-		}
-		r.mu.Lock()
-		proc.exited = true
-		r.mu.Unlock()
-		if pctx.Err() != nil && ctx.Err() == nil {
-			r.remove(ctx, p) // stopped because the pod is being deleted: its exit is reported
-		}
-	}()
+	return max(time.Duration(grace)*time.Second, 2*time.Second)
+}
+
+// finish reports a pod whose container is lost or never ran failed, as a kubelet does (exit 137,
+// ContainerStatusUnknown), and removes it if it is being deleted.
+func (r *runner) finish(ctx context.Context, p *corev1.Pod, deleting bool) {
+	now := metav1.Now()
+	if err := r.status(ctx, p, corev1.PodFailed, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "ContainerStatusUnknown", Message: "The container could not be located when the pod was terminated",
+		StartedAt: now, FinishedAt: now}}); err != nil {
+		fmt.Fprintf(os.Stderr, "podrunner: %s/%s: %v\n", p.Namespace, p.Name, err)
+	}
+	if deleting {
+		r.remove(ctx, p)
+	}
 }
 
 // forget drops a pod that is gone.
@@ -223,24 +263,25 @@ func (r *runner) remove(ctx context.Context, p *corev1.Pod) {
 	}
 }
 
-// execute runs a pod's process until it exits, or until pctx ends (the pod is being deleted: the
-// process gets SIGTERM, and SIGKILL after the pod's grace period), and reports its exit; nothing
-// is reported once ctx ends (podrunner stops).
-func (r *runner) execute(ctx, pctx context.Context, p *corev1.Pod) error {
+// execute runs a pod's process until it exits, or until pctx ends (the pod is being deleted: its
+// process group gets SIGTERM, and SIGKILL after the deletion's grace period), and reports its exit
+// (reported: the terminal status was written). Nothing is reported once ctx ends (podrunner
+// stops).
+func (r *runner) execute(ctx, pctx context.Context, proc *process, p *corev1.Pod) (reported bool, err error) {
 	c := p.Spec.Containers[0]
 	started := metav1.Now()
 	if err := r.status(ctx, p, corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}); err != nil {
-		return err
+		return false, err
 	}
 	kubeconfig, err := r.podKubeconfig(ctx, p)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer os.Remove(kubeconfig)
 	logPath := filepath.Join(r.logs, p.Namespace+"_"+p.Name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer logFile.Close()
 	argv := append(append([]string{}, c.Command...), c.Args...)
@@ -248,7 +289,7 @@ func (r *runner) execute(ctx, pctx context.Context, p *corev1.Pod) error {
 	env := append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if p.Labels[execLabel] == "true" {
 		if len(argv) == 0 {
-			return fmt.Errorf("pod %s/%s has no command to run", p.Namespace, p.Name)
+			return false, fmt.Errorf("pod %s/%s has no command to run", p.Namespace, p.Name)
 		}
 		if argv[0] == "kubectl" {
 			argv[0] = r.kubectl
@@ -258,35 +299,41 @@ func (r *runner) execute(ctx, pctx context.Context, p *corev1.Pod) error {
 			"KUBECACHEDIR="+filepath.Join(r.logs, "kube-cache"))
 	}
 	cmd := exec.CommandContext(pctx, name, argv...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-	if p.Spec.TerminationGracePeriodSeconds != nil {
-		grace = *p.Spec.TerminationGracePeriodSeconds
+	// The container is the process group: a shell's children stop with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		r.mu.Lock()
+		grace := proc.grace
+		r.mu.Unlock()
+		pgid := cmd.Process.Pid
+		time.AfterFunc(grace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		return syscall.Kill(-pgid, syscall.SIGTERM)
 	}
-	cmd.WaitDelay = time.Duration(grace) * time.Second
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	err = cmd.Run()
 	finished := metav1.Now()
-	if !nextRelist(ctx) {
-		return nil // podrunner stops
+	if cmd.ProcessState == nil {
+		return false, err // it never started
 	}
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		}
-	} else if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
-		return err
+	if !nextRelist(ctx) {
+		return false, nil // podrunner stops
+	}
+	// The exit code is the process's own, also when it exited after SIGTERM (Run then returns the
+	// context's error); 128 + the signal for a process a signal ended.
+	code := cmd.ProcessState.ExitCode()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int(ws.Signal())
 	}
 	phase, reason := corev1.PodSucceeded, "Completed"
 	if code != 0 {
 		phase, reason = corev1.PodFailed, "Error"
 	}
-	return r.status(ctx, p, phase, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-		ExitCode: int32(code), Reason: reason, StartedAt: started, FinishedAt: finished}})
+	if err := r.status(ctx, p, phase, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: int32(code), Reason: reason, StartedAt: started, FinishedAt: finished}}); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (r *runner) status(ctx context.Context, p *corev1.Pod, phase corev1.PodPhase, state corev1.ContainerState) error {
