@@ -797,11 +797,18 @@ func (t *Tracker) unavailable() map[schema.GroupVersionResource]string {
 	if out == nil {
 		out = map[schema.GroupVersionResource]string{}
 	}
-	// The informers in a stable order: the reason, with its error, goes into Sequence statuses.
-	order := slices.SortedFunc(maps.Keys(t.informers), func(a, b informerKey) int {
+	// Every pass asks, and nearly always nothing fails: only the informers that do are sorted, so that
+	// the reason (with its error, which goes into Sequence statuses) is picked in a stable order.
+	var bad []informerKey
+	for key, tr := range t.informers {
+		if tr.failing() != nil || tr.stalled() {
+			bad = append(bad, key)
+		}
+	}
+	slices.SortFunc(bad, func(a, b informerKey) int {
 		return strings.Compare(a.gvr.String()+"\x00"+a.label, b.gvr.String()+"\x00"+b.label)
 	})
-	for _, key := range order {
+	for _, key := range bad {
 		if _, ok := out[key.gvr]; ok {
 			continue
 		}
