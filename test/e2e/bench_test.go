@@ -58,7 +58,9 @@ spec:
 // group. A pod is done when it is Ready, or, if a Job owns it, when it has Succeeded (a Job's pod is
 // Ready while it runs; its group is ready once the Job completes).
 type podTimes struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// created is when each pod was first seen.
+	created  map[string][]time.Time
 	released map[string][]time.Time
 	ready    map[string][]time.Time
 	seen     map[string]bool
@@ -72,7 +74,7 @@ func watchPods(ctx context.Context, t testing.TB, ns string) *podTimes {
 
 // watchPodsBy watches the pods of namespace ns, grouped by groupOf; pods of group "" are ignored.
 func watchPodsBy(ctx context.Context, t testing.TB, ns string, groupOf func(*corev1.Pod) string) *podTimes {
-	pt := &podTimes{released: map[string][]time.Time{}, ready: map[string][]time.Time{}, seen: map[string]bool{}, readySet: map[string]bool{}}
+	pt := &podTimes{created: map[string][]time.Time{}, released: map[string][]time.Time{}, ready: map[string][]time.Time{}, seen: map[string]bool{}, readySet: map[string]bool{}}
 	w := watchNamespacePods(ctx, t, ns)
 	go func() {
 		defer w.Stop()
@@ -89,6 +91,10 @@ func watchPodsBy(ctx context.Context, t testing.TB, ns string, groupOf func(*cor
 				continue
 			}
 			pt.mu.Lock()
+			if _, ok := pt.seen[p.Name]; !ok {
+				pt.seen[p.Name] = false
+				pt.created[group] = append(pt.created[group], now)
+			}
 			if !pt.seen[p.Name] && !sequence.HasGate(p) {
 				pt.seen[p.Name] = true
 				pt.released[group] = append(pt.released[group], now)
@@ -215,6 +221,34 @@ func (pt *podTimes) boundariesOf(groups []string) []time.Duration {
 	return out
 }
 
+// phases tells, in milliseconds from start, when the first and the last group of groups were
+// created (first pod seen), released (first and last pod without the gate) and done (last pod):
+// where a run's time goes, one line per run.
+func (pt *podTimes) phases(start time.Time, groups []string) string {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	ms := func(ts []time.Time, last bool) string {
+		if len(ts) == 0 {
+			return "-"
+		}
+		cmp := func(a, b time.Time) int { return a.Compare(b) }
+		t := slices.MinFunc(ts, cmp)
+		if last {
+			t = slices.MaxFunc(ts, cmp)
+		}
+		return fmt.Sprint(t.Sub(start).Milliseconds())
+	}
+	var b strings.Builder
+	for i, g := range groups {
+		if i > 0 && i < len(groups)-1 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s created %s-%s released %s-%s done %s; ", g,
+			ms(pt.created[g], false), ms(pt.created[g], true), ms(pt.released[g], false), ms(pt.released[g], true), ms(pt.ready[g], true))
+	}
+	return strings.TrimSuffix(b.String(), "; ")
+}
+
 func percentile(ds []time.Duration, p float64) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -232,6 +266,7 @@ func BenchmarkReleaseLatency(b *testing.B) {
 	for _, c := range []struct{ groups, replicas int }{{3, 2}, {10, 2}, {30, 2}, {2, 100}} {
 		b.Run(fmt.Sprintf("groups=%d/last=%d", c.groups, c.replicas), func(b *testing.B) {
 			var all, added []time.Duration
+			var phases []string
 			pids := clusterPIDs()
 			cpu := map[bool]cpuUse{}
 			for i := range b.N {
@@ -247,6 +282,7 @@ func BenchmarkReleaseLatency(b *testing.B) {
 						b.Fatalf("%v: %s", err, out)
 					}
 					elapsed[optedIn] = pt.waitReady(b, c.groups, c.replicas).Sub(start)
+					phases = append(phases, fmt.Sprintf("iteration %d, opted in %v, ms from the apply: %s", i, optedIn, pt.phases(start, chainGroups(c.groups))))
 					cpu[optedIn] = cpu[optedIn].add(sampleCPU(pids).since(before))
 					if optedIn {
 						all = append(all, pt.boundaries(c.groups)...)
@@ -264,6 +300,8 @@ func BenchmarkReleaseLatency(b *testing.B) {
 				ms[i] = d.Milliseconds()
 			}
 			b.Logf("added per boundary (ms), by iteration: %v", ms)
+			// To the output, not the log: the testing package keeps only ten lines of a benchmark's log.
+			fmt.Printf("%s: where the runs' time went\n%s\n", b.Name(), strings.Join(phases, "\n"))
 			b.ReportMetric(float64(percentile(all, 0.5).Milliseconds()), "p50-ms/boundary")
 			b.ReportMetric(float64(percentile(all, 0.99).Milliseconds()), "p99-ms/boundary")
 			b.ReportMetric(float64(percentile(added, 0.5).Milliseconds()), "added-p50-ms/boundary")
