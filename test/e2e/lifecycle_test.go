@@ -348,3 +348,71 @@ spec:
 		}
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
+
+// TestFailedMemberFailsItsGroupAtOnce: a group's member fails for good (a Job out of retries); its
+// waiter exits with the member-failed code, and the real Job controller fails the wait Job at once
+// by its pod failure policy (one failed pod, reason PodFailurePolicy), not after the retries a
+// crashing waiter gets. The local cluster's pod runner runs both the member's pod and the waiter
+// for real and reports their exit codes as a kubelet does. The group is Failed and the later
+// group stays gated.
+func TestFailedMemberFailsItsGroupAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "fails"
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate, namespace: %[1]s, labels: {wavegate.io/group: migrate, wavegate.io/group-order: "1"}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels: {dev.wavegate.io/exec: "true"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: migrate, image: migrate:1, command: [sh, -c, "exit 1"]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: %[1]s, labels: {wavegate.io/group: app, wavegate.io/group-order: "2"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: app, image: app:1}]
+`, ns)
+	path := writeTemp(t, manifest)
+	run(t, "apply", "-f", path)
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run() })
+
+	g.Eventually(func(g Gomega) {
+		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=migrate"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(jobs.Items).To(HaveLen(1))
+		j := jobs.Items[0]
+		g.Expect(sequence.StateOf(&j)).To(Equal(sequence.JobFailed))
+		var reason string
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+				reason = c.Reason
+			}
+		}
+		g.Expect(reason).To(Equal(batchv1.JobReasonPodFailurePolicy))
+		g.Expect(j.Status.Failed).To(BeEquivalentTo(1), "the waiter was retried although a member failed")
+	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Eventually(func() string {
+		out, _ := exec.Command(kubectl, "get", "sequence", ns, "-o", "jsonpath={.status.summary}").Output()
+		return string(out)
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("migrate 0/1 Failed"))
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).NotTo(BeEmpty())
+	for _, p := range pods.Items {
+		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released although the migrate group failed", p.Name)
+	}
+}
