@@ -145,9 +145,29 @@ func gated(p corev1.Pod) bool { return sequence.HasGate(&p) }
 // ready. The local cluster's pod runner plays the kubelet: it stops the evicted waiter with SIGTERM,
 // reports its exit with the eviction's condition kept, then removes the pod.
 func TestEvictedWaiterIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	testWaiterReplaced(t, "evict", 0, func(g Gomega, p corev1.Pod) {
+		g.Expect(cs.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})).To(Succeed())
+	})
+}
+
+// TestDeletedWaiterIsRetried: a waiter pod deleted by hand (no disruption condition: as a crash
+// would) counts as one failure of the wait Job, within its backoffLimit, and the real Job
+// controller starts a new waiter after its back-off; the group is released as usual.
+func TestDeletedWaiterIsRetried(t *testing.T) {
+	ctx := context.Background()
+	testWaiterReplaced(t, "retry", 1, func(g Gomega, p corev1.Pod) {
+		g.Expect(cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})).To(Succeed())
+	})
+}
+
+// testWaiterReplaced runs a setup group (a Job that completes when the test says) and an app group
+// in namespace ns, stops the setup group's running waiter with stop, and checks that the real Job
+// controller replaces it, that the app stays gated until the setup Job completes, and that the
+// wait Job completes with wantFailed failed pods.
+func testWaiterReplaced(t *testing.T, ns string, wantFailed int32, stop func(Gomega, corev1.Pod)) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := "evict"
 	ready := filepath.Join(t.TempDir(), "ready")
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
@@ -200,8 +220,8 @@ spec:
 	job := first.Labels["job-name"]
 	g.Expect(job).NotTo(BeEmpty())
 
-	g.Expect(cs.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: ns}})).To(Succeed())
-	// A new waiter replaces it; the Job neither failed nor counted the eviction.
+	stop(g, first)
+	// A new waiter replaces it.
 	g.Eventually(func(g Gomega) {
 		g.Expect(waiterPod(g).UID).NotTo(Equal(first.UID))
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
@@ -211,7 +231,7 @@ spec:
 			return nil, nil
 		}
 		return p, err
-	}).WithTimeout(time.Minute).Should(BeNil(), "the evicted waiter pod was never removed")
+	}).WithTimeout(time.Minute).Should(BeNil(), "the stopped waiter pod was never removed")
 	// Still gated: the setup Job has not completed.
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -225,7 +245,7 @@ spec:
 		j, err := cs.BatchV1().Jobs(ns).Get(ctx, job, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(sequence.StateOf(j)).To(Equal(sequence.JobComplete))
-		g.Expect(j.Status.Failed).To(BeZero(), "the eviction counted as a failure of the waiter")
+		g.Expect(j.Status.Failed).To(Equal(wantFailed), "failed waiter pods counted by the Job controller")
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
