@@ -248,7 +248,7 @@ func TestArgoCDPruneAndDeletionFollowGroups(t *testing.T) {
 			name := "widgets-" + diff
 			application(t, name, repo, "widgets", compare)
 			waitSyncedHealthy(t, name, repo)
-			waitReleased(t, "widgets", "instances 2/2 Released")
+			waitSummary(t, "widgets", "instances 2/2 Released")
 			syncs := syncCount(g, name)
 			refresh(t, name)
 			s, _ := appStatus(g, name)

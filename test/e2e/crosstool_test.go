@@ -109,7 +109,7 @@ spec:
 		_ = exec.Command(filepath.Join(os.Getenv("KUBE_BIN"), "helm"), "uninstall", "db", "--namespace", "ct-db", "--kubeconfig", os.Getenv("KUBECONFIG")).Run()
 	})
 	waitSyncedHealthy(t, "ct-app", repo)
-	waitReleased(t, "cross-tool", "database 1/1 Released, web 1/1 Released")
+	waitSummary(t, "cross-tool", "database 1/1 Released, web 1/1 Released")
 
 	jobs, err := cs.BatchV1().Jobs("ct-db").List(ctx, metav1.ListOptions{LabelSelector: keys.WaitJobLabel + "=true," + keys.WaitGroupLabel + "=database"})
 	g.Expect(err).NotTo(HaveOccurred())

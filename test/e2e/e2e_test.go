@@ -372,8 +372,5 @@ func installWidgets(t *testing.T) {
 	t.Cleanup(func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() })
 	applyWidgetCRD(t)
 	run(t, "apply", "-f", filepath.Join(example("widgets"), "app.yaml"))
-	g.Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", "widgets", "-o", "jsonpath={.status.summary}").Output()
-		return string(out)
-	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("instances 2/2 Released"))
+	waitSummary(t, "widgets", "instances 2/2 Released")
 }

@@ -208,7 +208,7 @@ func TestFluxDeletionKeepsTheOperator(t *testing.T) {
 	fluxSource(t, dir, "widgets")
 	kustomization(t, "widgets")
 	kustomizationReady(t, "widgets")
-	waitReleased(t, "widgets", "instances 2/2 Released")
+	waitSummary(t, "widgets", "instances 2/2 Released")
 
 	start := time.Now()
 	run(t, "delete", "-n", "flux-system", "kustomization/widgets", "--wait=true", "--timeout=120s")

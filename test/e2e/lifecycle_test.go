@@ -123,10 +123,7 @@ spec:
 		_ = exec.Command(kubectl, "delete", "-f", path, "--wait=true", "--timeout=60s").Run()
 		_ = exec.Command(kubectl, "delete", "-f", example("widgets")+"/crd.yaml", "--wait=false").Run()
 	})
-	g.Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", "slow", "-o", "jsonpath={.status.summary}").Output()
-		return string(out)
-	}).WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).Should(ContainSubstring("slow-backend 0/1 TimedOut"))
+	waitSummary(t, "slow", "slow-backend 0/1 TimedOut")
 	pods, err := cs.CoreV1().Pods("slow").List(ctx, metav1.ListOptions{LabelSelector: "app=frontend"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pods.Items).NotTo(BeEmpty())
@@ -169,35 +166,8 @@ func testWaiterReplaced(t *testing.T, ns string, wantFailed int32, stop func(Gom
 	g := NewWithT(t)
 	ctx := context.Background()
 	ready := filepath.Join(t.TempDir(), "ready")
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
----
-apiVersion: batch/v1
-kind: Job
-metadata: {name: setup, namespace: %[1]s, labels: {wavegate.io/group: setup, wavegate.io/group-order: "1"}}
-spec:
-  backoffLimit: 0
-  template:
-    metadata:
-      # The local cluster's pod runner runs this pod's command for real: it completes once the test
-      # creates the file.
-      labels: {dev.wavegate.io/exec: "true"}
-    spec:
-      restartPolicy: Never
-      containers: [{name: setup, image: setup:1, command: [sh, -c, "until [ -e %[2]s ]; do sleep 0.2; done"]}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: app, namespace: %[1]s, labels: {wavegate.io/group: app, wavegate.io/group-order: "2"}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: app}}
-  template:
-    metadata: {labels: {app: app}}
-    spec:
-      containers: [{name: app, image: app:1}]
-`, ns, ready)
+	// The setup Job completes once the test creates the file.
+	manifest := setupThenApp(ns, fmt.Sprintf("until [ -e %s ]; do sleep 0.2; done", ready))
 	path := writeTemp(t, manifest)
 	run(t, "apply", "-f", path)
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run() })
@@ -233,12 +203,7 @@ spec:
 		return p, err
 	}).WithTimeout(time.Minute).Should(BeNil(), "the stopped waiter pod was never removed")
 	// Still gated: the setup Job has not completed.
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(pods.Items).NotTo(BeEmpty())
-	for _, p := range pods.Items {
-		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released before the setup group was ready", p.Name)
-	}
+	expectAppGated(g, ns, "before the setup group was ready")
 
 	g.Expect(os.WriteFile(ready, nil, 0o600)).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -369,7 +334,7 @@ spec:
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
-// TestFailedMemberFailsItsGroupAtOnce: a group's member fails for good (a Job out of retries); its
+// TestFailedMemberFailsItsGroupAtOnce: a group's member fails for good (a Job whose pod exits 1, no retries); its
 // waiter exits with the member-failed code, and the real Job controller fails the wait Job at once
 // by its pod failure policy (one failed pod, reason PodFailurePolicy), not after the retries a
 // crashing waiter gets. The local cluster's pod runner runs both the member's pod and the waiter
@@ -379,39 +344,13 @@ func TestFailedMemberFailsItsGroupAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := "fails"
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
----
-apiVersion: batch/v1
-kind: Job
-metadata: {name: migrate, namespace: %[1]s, labels: {wavegate.io/group: migrate, wavegate.io/group-order: "1"}}
-spec:
-  backoffLimit: 0
-  template:
-    metadata:
-      labels: {dev.wavegate.io/exec: "true"}
-    spec:
-      restartPolicy: Never
-      containers: [{name: migrate, image: migrate:1, command: [sh, -c, "exit 1"]}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: app, namespace: %[1]s, labels: {wavegate.io/group: app, wavegate.io/group-order: "2"}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: app}}
-  template:
-    metadata: {labels: {app: app}}
-    spec:
-      containers: [{name: app, image: app:1}]
-`, ns)
+	manifest := setupThenApp(ns, "exit 1")
 	path := writeTemp(t, manifest)
 	run(t, "apply", "-f", path)
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run() })
 
 	g.Eventually(func(g Gomega) {
-		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=migrate"})
+		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=setup"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(jobs.Items).To(HaveLen(1))
 		j := jobs.Items[0]
@@ -425,14 +364,48 @@ spec:
 		g.Expect(reason).To(Equal(batchv1.JobReasonPodFailurePolicy))
 		g.Expect(j.Status.Failed).To(BeEquivalentTo(1), "the waiter was retried although a member failed")
 	}).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	g.Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", ns, "-o", "jsonpath={.status.summary}").Output()
-		return string(out)
-	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(ContainSubstring("migrate 0/1 Failed"))
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
+	waitSummary(t, ns, "setup 0/1 Failed")
+	expectAppGated(g, ns, "although the setup group failed")
+}
+
+// setupThenApp is an opted-in namespace ns with two groups: setup, a Job whose pod the local
+// cluster's pod runner runs for real (sh -c command; no retries), and app, a Deployment of one pod.
+func setupThenApp(ns, command string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: setup, namespace: %[1]s, labels: {wavegate.io/group: setup, wavegate.io/group-order: "1"}}
+spec:
+  backoffLimit: 0
+  template:
+    metadata:
+      labels: {dev.wavegate.io/exec: "true"}
+    spec:
+      restartPolicy: Never
+      containers: [{name: setup, image: setup:1, command: [sh, -c, %[2]q]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: %[1]s, labels: {wavegate.io/group: app, wavegate.io/group-order: "2"}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: app, image: app:1}]
+`, ns, command)
+}
+
+// expectAppGated checks that setupThenApp's app pods exist and are all still gated.
+func expectAppGated(g Gomega, ns, why string) {
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=app"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pods.Items).NotTo(BeEmpty())
 	for _, p := range pods.Items {
-		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released although the migrate group failed", p.Name)
+		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released %s", p.Name, why)
 	}
 }

@@ -74,7 +74,7 @@ spec:
 		_ = exec.Command(kubectl, "delete", "pv", "wffc-0", "--wait=false").Run()
 		_ = exec.Command(kubectl, "delete", "storageclass", "wffc").Run()
 	})
-	waitReleased(t, "storage", "storage 1/1 Released, app 1/1 Released")
+	waitSummary(t, "storage", "storage 1/1 Released, app 1/1 Released")
 	g.Eventually(func(g Gomega) corev1.PersistentVolumeClaimPhase {
 		pvc, err := cs.CoreV1().PersistentVolumeClaims("storage").Get(ctx, "data", metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())

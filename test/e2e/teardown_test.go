@@ -129,7 +129,8 @@ func applyWidgetCRD(t *testing.T) {
 	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
 }
 
-func waitReleased(t *testing.T, seq, summary string) {
+// waitSummary waits until the summary of sequence seq contains summary.
+func waitSummary(t *testing.T, seq, summary string) {
 	t.Helper()
 	NewWithT(t).Eventually(func() string {
 		out, _ := exec.Command(kubectl, "get", "sequence", seq, "-o", "jsonpath={.status.summary}").Output()
@@ -164,12 +165,12 @@ func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 			g := NewWithT(t)
 			ns := "td-" + strings.ToLower(shape)
 			applyYAML(t, operatorApp(ns, shape, 2))
-			waitReleased(t, ns, "instances 2/2 Released")
+			waitSummary(t, ns, "instances 2/2 Released")
 			held := deleteNamespaceTimed(t, ns)
 
 			base := ns + "-baseline"
 			applyYAML(t, operatorApp(base, shape, 0))
-			waitReleased(t, base, "operator 4/4 Released")
+			waitSummary(t, base, "operator 4/4 Released")
 			plain := deleteNamespaceTimed(t, base)
 			t.Logf("namespace deletion with an operator %s and 2 Widgets: %s; without Widgets: %s", shape, held.Round(100*time.Millisecond), plain.Round(100*time.Millisecond))
 			list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
@@ -193,7 +194,7 @@ func TestNamespaceDeletionKeepsWhatTheOperatorNeeds(t *testing.T) {
 	app := strings.Replace(operatorApp(ns, "Deployment", 1), "  name: w0\n", "  name: w0\n  annotations: {example.com/cleanup-seconds: \"15\"}\n", 1)
 	g.Expect(app).To(ContainSubstring("cleanup-seconds"))
 	applyYAML(t, app)
-	waitReleased(t, ns, "instances 1/1 Released")
+	waitSummary(t, ns, "instances 1/1 Released")
 	g.Eventually(func() error {
 		_, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "widget-operator", metav1.GetOptions{})
 		return err
@@ -214,7 +215,7 @@ func TestNamespaceAndCRDDeletedTogether(t *testing.T) {
 	g := NewWithT(t)
 	ns := "widgets"
 	applyYAML(t, operatorApp(ns, "Deployment", 2))
-	waitReleased(t, ns, "instances 2/2 Released")
+	waitSummary(t, ns, "instances 2/2 Released")
 	out, err := exec.Command(kubectl, "delete", "namespace/"+ns, "crd/widgets.example.com", "--wait=true", "--timeout=150s").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	_, err = cs.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
@@ -236,7 +237,7 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 
 	ns := "td-foreground"
 	applyYAML(t, operatorApp(ns, "Deployment", 2))
-	waitReleased(t, ns, "instances 2/2 Released")
+	waitSummary(t, ns, "instances 2/2 Released")
 	out, err := exec.Command(kubectl, "delete", "-n", ns, "deployment/widget-operator", "--cascade=foreground", "--wait=false").CombinedOutput()
 	g.Expect(err).To(HaveOccurred(), "a foreground deletion of the operator was allowed while its Widgets exist: %s", out)
 	g.Expect(string(out)).To(ContainSubstring(`is deleted after group(s) instances (2 objects remain)`))
@@ -248,7 +249,7 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 
 	ns = "td-orphan"
 	applyYAML(t, operatorApp(ns, "Deployment", 2))
-	waitReleased(t, ns, "instances 2/2 Released")
+	waitSummary(t, ns, "instances 2/2 Released")
 	start = time.Now()
 	run(t, "delete", "-n", ns, "deployment/widget-operator", "--cascade=orphan", "--wait=false")
 	g.Consistently(func() error {
@@ -279,7 +280,7 @@ func TestUninstallFirstThenNamespaceDeletion(t *testing.T) {
 	ctx := context.Background()
 	ns := "td-uninstall"
 	applyYAML(t, operatorApp(ns, "Deployment", 2))
-	waitReleased(t, ns, "instances 2/2 Released")
+	waitSummary(t, ns, "instances 2/2 Released")
 	t.Cleanup(func() { reinstallWebhooks(t) })
 
 	out, err := exec.Command(filepath.Join(root, "bin", "wavegate"), "uninstall").CombinedOutput()

@@ -88,7 +88,7 @@ spec:
     metadata: {labels: {app: web}}
     spec: {containers: [{name: c, image: web}]}
 `)
-	waitReleased(t, "victim", "database 1/1 Released, web 1/1 Released")
+	waitSummary(t, "victim", "database 1/1 Released, web 1/1 Released")
 
 	// The opted-out namespace: a labeled ConfigMap and Deployment get nothing from wavegate.
 	applyYAML(t, `apiVersion: v1
@@ -185,7 +185,7 @@ metadata:
 	g.Eventually(func() error {
 		return exec.Command(kubectl, "apply", "-f", writeTemp(t, ops), "-f", writeTemp(t, widgets.String())).Run()
 	}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
-	waitReleased(t, "platform", "operator 4/4 Released, instances 2/2 Released")
+	waitSummary(t, "platform", "operator 4/4 Released, instances 2/2 Released")
 
 	start := time.Now()
 	out, err := exec.Command(kubectl, "delete", "namespace", "ops", "apps", "--wait=true", "--timeout=150s").CombinedOutput()
