@@ -6,21 +6,34 @@ import (
 	"time"
 )
 
-// membershipSettle is how long a sequence's members must stay the same (none added, removed or
-// changed in generation, as this manager's cache sees them) before any of its groups opens. One
-// apply or sync creates the objects of several groups one after the other, in its own order: Argo
-// CD applies a wave by kind, so a later group's Deployment comes before an earlier group's
-// StatefulSet and Job, and the Deployment's pods were created before those. A group opened on the
-// groups that existed when its pods were created would start before an earlier group's workload
-// that the same sync applied a moment later (on the local cluster, with examples/shop synced
-// without waves: the web released when the database group was only its Service, ready at once). The
-// settle waits out such an apply: each object it creates restarts it. Apply tools create the next
-// object a few to a hundred milliseconds after the last (Argo CD's sync of examples/shop: 345 ms
-// for five objects); an apply that pauses longer between two groups' objects is not covered.
+// membershipSettle is how long, at least, a sequence's members must stay the same (none added,
+// removed or changed in generation, as this manager's cache sees them) before any of its groups
+// opens. One apply or sync creates the objects of several groups one after the other, in its own
+// order: Argo CD applies a wave by kind, so a later group's Deployment comes before an earlier
+// group's StatefulSet and Job, and the Deployment's pods were created before those. A group opened
+// on the groups that existed when its pods were created would start before an earlier group's
+// workload that the same sync applied a moment later (on the local cluster, with examples/shop
+// synced without waves: the web released when the database group was only its Service, ready at
+// once). The settle waits out such an apply: each object it creates restarts it, and it lasts
+// paceFactor times the apply's pace when that is longer (see settled.pace).
 const membershipSettle = 150 * time.Millisecond
 
-// MembershipSettleMax bounds the settle: members that keep changing (each change less than
-// membershipSettle after the last) hold the sequence's groups closed for at most this long from the
+// paceFactor and paceHorizon set the settle by the pace of the apply: the settle lasts paceFactor
+// times the longest gap between two changes of the sequence's members, each at most paceHorizon
+// after the one before. Apply tools create the next object a few to a hundred milliseconds after
+// the last (Argo CD's sync of examples/shop: 345 ms for five objects), and slower on a loaded
+// machine: on one 2.7 times slower, 150 ms was not enough, and the web of that sync was released
+// before the database's StatefulSet existed. The gaps of one apply differ (by kind, by admission
+// webhooks), hence the factor. Changes more than paceHorizon apart are separate applies: an apply
+// that pauses longer between two groups' objects is not covered, nor one whose later objects come
+// more than paceFactor times slower than its earlier ones.
+const (
+	paceFactor  = 3
+	paceHorizon = time.Second
+)
+
+// MembershipSettleMax bounds the settle: members that keep changing (each change sooner after the last than
+// the settle) hold the sequence's groups closed for at most this long from the
 // first change, then stop holding them until the changes pause. No apply tool creates objects back
 // to back for that long; a member that changes forever (two controllers fighting over its spec, say)
 // would otherwise keep every group of its sequence closed, a deadlock. While it holds longer than
@@ -41,11 +54,21 @@ type settling struct {
 type settled struct {
 	members string
 	// since is the last change; changing is when the changes began: the first change after a pass
-	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes more
-	// than membershipSettle after the last does not tell whether the members were quiet in between
+	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes later
+	// than the settle after the last does not tell whether the members were quiet in between
 	// (a pass may just have been slow), so only a pass that saw them quiet ends the changes.
 	since, changing time.Time
 	quiet           bool
+	// pace is the longest gap between two changes seen one after the other, each at most
+	// paceHorizon after the last, whether or not a pass saw the members quiet in between: an apply
+	// slower than the settle lets the earlier group open on the objects it created first (its
+	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
+	pace time.Duration
+}
+
+// settle is how long the members must stay the same.
+func (s settled) settle() time.Duration {
+	return max(membershipSettle, paceFactor*s.pace)
 }
 
 // wait returns how much longer a sequence's groups must stay closed (zero: they may open), given
@@ -63,12 +86,17 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) (wait, changin
 		if !ok || cur.quiet {
 			cur.changing = now
 		}
+		if gap := now.Sub(cur.since); ok && gap <= paceHorizon {
+			cur.pace = max(cur.pace, gap)
+		} else {
+			cur.pace = 0
+		}
 		cur.members, cur.since, cur.quiet = members, now, false
-	case now.Sub(cur.since) >= membershipSettle:
+	case now.Sub(cur.since) >= cur.settle():
 		cur.quiet = true
 	}
 	s.seen[seq] = cur
-	wait = max(min(membershipSettle-now.Sub(cur.since), MembershipSettleMax-now.Sub(cur.changing)), 0)
+	wait = max(min(cur.settle()-now.Sub(cur.since), MembershipSettleMax-now.Sub(cur.changing)), 0)
 	if wait == 0 {
 		return 0, 0
 	}

@@ -7,10 +7,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestSettling: a sequence's groups open only once its members have stayed the same for
-// membershipSettle; any change of a group's members (a revision) restarts the wait, each sequence
-// waits on its own, and members that never stop changing hold the groups for MembershipSettleMax
-// at most.
+// TestSettling: a sequence's groups open only once its members have stayed the same for the
+// settle (membershipSettle, or paceFactor times the apply's longest gap between changes); any
+// change of a group's members (a revision) restarts the wait, each sequence waits on its own, and
+// members that never stop changing hold the groups for MembershipSettleMax at most.
 func TestSettling(t *testing.T) {
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	plan := func(revs ...string) []*Group {
@@ -21,6 +21,7 @@ func TestSettling(t *testing.T) {
 		return out
 	}
 	type got struct{ Wait, Changing time.Duration }
+	ms := time.Millisecond
 	var s settling
 	steps := []struct {
 		name string
@@ -30,14 +31,29 @@ func TestSettling(t *testing.T) {
 		want got
 	}{
 		{"first seen", "shop", 0, plan("r1"), got{membershipSettle, 0}},
-		{"the same, a moment later", "shop", 100 * time.Millisecond, plan("r1"), got{membershipSettle - 100*time.Millisecond, 100 * time.Millisecond}},
-		{"a later group's member arrives", "shop", 120 * time.Millisecond, plan("r1", "w1"), got{membershipSettle, 120 * time.Millisecond}},
-		{"an earlier group's workload arrives", "shop", 200 * time.Millisecond, plan("r2", "w1"), got{membershipSettle, 200 * time.Millisecond}},
-		{"another sequence waits on its own", "blog", 250 * time.Millisecond, plan("b1"), got{membershipSettle, 0}},
-		{"settled", "shop", 350 * time.Millisecond, plan("r2", "w1"), got{}},
+		{"the same, a moment later", "shop", 100 * ms, plan("r1"), got{membershipSettle - 100*ms, 100 * ms}},
+		{"a later group's member arrives 120 ms after the first: the apply's pace", "shop", 120 * ms, plan("r1", "w1"), got{3 * 120 * ms, 120 * ms}},
+		{"an earlier group's workload arrives sooner after it", "shop", 200 * ms, plan("r2", "w1"), got{3 * 120 * ms, 200 * ms}},
+		{"another sequence waits on its own", "blog", 250 * ms, plan("b1"), got{membershipSettle, 0}},
+		{"membershipSettle is not enough after an apply this slow", "shop", 350 * ms, plan("r2", "w1"), got{3*120*ms - 150*ms, 350 * ms}},
+		{"settled", "shop", 560 * ms, plan("r2", "w1"), got{}},
 		{"and stays so", "shop", 5 * time.Second, plan("r2", "w1"), got{}},
-		{"an upgrade restarts it", "shop", 6 * time.Second, plan("r3", "w1"), got{membershipSettle, 0}},
-		{"a change less than membershipSettle later goes on with them", "shop", 6*time.Second + 100*time.Millisecond, plan("r4", "w1"), got{membershipSettle, 100 * time.Millisecond}},
+		{"an upgrade, more than paceHorizon after the last change, restarts it afresh", "shop", 6 * time.Second, plan("r3", "w1"), got{membershipSettle, 0}},
+		{"a change soon after goes on with it", "shop", 6*time.Second + 40*ms, plan("r4", "w1"), got{membershipSettle, 40 * ms}},
+
+		// Argo CD on a slow machine: the database's Service alone settles, and the database opens
+		// on it; the web's Deployment comes 200 ms after it, the database's StatefulSet and the
+		// migration's Job 200 ms apart after that. The gap after the quiet pass sets the pace.
+		{"a slow sync's first object", "argo", 0, plan("svc"), got{membershipSettle, 0}},
+		{"settles alone", "argo", 150 * ms, plan("svc"), got{}},
+		{"the later group's Deployment", "argo", 200 * ms, plan("svc", "web"), got{600 * ms, 0}},
+		{"the earlier group's StatefulSet, within three gaps", "argo", 400 * ms, plan("svc+sts", "web"), got{600 * ms, 200 * ms}},
+		{"the migration's Job", "argo", 600 * ms, plan("svc+sts", "web", "job"), got{600 * ms, 400 * ms}},
+		{"not settled 150 ms after it", "argo", 750 * ms, plan("svc+sts", "web", "job"), got{450 * ms, 550 * ms}},
+		{"settled three gaps after it", "argo", 1200 * ms, plan("svc+sts", "web", "job"), got{}},
+		{"paceHorizon is the longest gap an apply's pace counts", "argo", 600*ms + paceHorizon, plan("svc+sts", "web2", "job"), got{paceFactor * paceHorizon, 0}},
+		{"settled", "argo", 1600*ms + paceFactor*paceHorizon, plan("svc+sts", "web2", "job"), got{}},
+		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	for _, st := range steps {
 		var g got
@@ -47,11 +63,15 @@ func TestSettling(t *testing.T) {
 		}
 	}
 	// Members that keep changing hold the groups until MembershipSettleMax after the first change,
-	// and not after it while they go on: changes every 100 ms from 6 s on.
+	// and not after it while they go on.
 	churn := func(seq string, first, from, to, every time.Duration) {
 		t.Helper()
+		settle := membershipSettle
+		if every <= paceHorizon {
+			settle = max(settle, paceFactor*every)
+		}
 		for at := from; at <= to; at += every {
-			want := got{min(membershipSettle, first+MembershipSettleMax-at), at - first}
+			want := got{min(settle, first+MembershipSettleMax-at), at - first}
 			if want.Wait <= 0 {
 				want = got{}
 			}
@@ -62,20 +82,23 @@ func TestSettling(t *testing.T) {
 			}
 		}
 	}
+	// Changes every 40 ms from 6 s on (the settle stays membershipSettle), then every 100 ms (the
+	// settle grows to three times that).
 	first := 6 * time.Second
+	churn("shop", first, first+80*ms, first+time.Second, 40*ms)
+	churn("shop", first, first+time.Second+100*ms, first+MembershipSettleMax+time.Second, 100*ms)
 	last := first + MembershipSettleMax + time.Second
-	churn("shop", first, first+200*time.Millisecond, last, 100*time.Millisecond)
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if w, _ := s.wait("shop", plan(last.String(), "w1"), start.Add(last+membershipSettle)); w != 0 {
+	if w, _ := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); w != 0 {
 		t.Errorf("quiet members wait %s, want 0", w)
 	}
-	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(last+time.Second)); w != membershipSettle {
+	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(last+2*paceHorizon)); w != membershipSettle {
 		t.Errorf("a change after a quiet pass waits %s, want %s", w, membershipSettle)
 	}
-	// Passes slower than the changes (each sees a new change, more than membershipSettle after
-	// the last it saw) cannot tell a pause from a slow pass: the changes go on, and are bounded.
-	churn("slow", 0, 0, MembershipSettleMax+time.Second, 200*time.Millisecond)
+	// Passes slower than the changes (each sees a new change, more than the settle after the last
+	// it saw) cannot tell a pause from a slow pass: the changes go on, and are bounded.
+	churn("slow", 0, 0, MembershipSettleMax+2*time.Second, paceHorizon+100*ms)
 	s.forget("shop")
 	if w, _ := s.wait("shop", plan("r3", "w1"), start.Add(time.Hour)); w != membershipSettle {
 		t.Errorf("a forgotten sequence waits %s, want %s", w, membershipSettle)

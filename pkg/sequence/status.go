@@ -107,8 +107,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Waiting", seqObj.Status.Summary
 		if changing >= settleReported {
 			cond.Reason, cond.Message = ReasonSettling, fmt.Sprintf("the members keep changing (added, removed or "+
-				"changed in generation): no group opens until they have stayed the same for %s, or %s after the changes began",
-				membershipSettle, MembershipSettleMax)
+				"changed in generation): no group opens until they have stayed the same for %s (%d times the longest gap "+
+				"between two changes, when that is longer), or %s after the changes began",
+				membershipSettle, paceFactor, MembershipSettleMax)
 		}
 		for _, g := range plan {
 			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {
