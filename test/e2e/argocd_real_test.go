@@ -73,6 +73,11 @@ func git(t testing.TB, dir string, args ...string) {
 func application(t testing.TB, name, repo, path string, compareOptions string) {
 	t.Helper()
 	applyYAML(t, applicationYAML(name, repo, path, compareOptions))
+	// A test that failed leaves nothing behind for the next run: the Application goes, with what
+	// it synced (a test that passed has deleted it).
+	t.Cleanup(func() {
+		run(t, "delete", "-n", "argocd", "application/"+name, "--ignore-not-found", "--wait=true", "--timeout=120s")
+	})
 }
 
 // applicationYAML is the Application application applies.
