@@ -125,6 +125,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace)
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
+	// When the members were read: the settle dates their changes by it, not by the end of the
+	// reads below, which would shorten the gaps it learns an apply's pace from.
+	read := r.now()
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -185,7 +188,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	settle, changing := r.settling.wait(seq, plan, r.now())
+	held := r.settling.wait(seq, plan, read)
+	settle := held.Wait
 	if settle > 0 {
 		opening = opening.closed()
 	}
@@ -232,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if r.Tracker.Generation() != view {
 			return errViewChanged
 		}
-		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, changing, prev)
+		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, held, prev)
 		return err
 	})
 	released := goStep("removing scheduling gates", func() error { return r.release(ctx, gated) })
@@ -245,7 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
 	requeue := td.Requeue
-	for _, d := range []time.Duration{armLater, settle} {
+	for _, d := range []time.Duration{armLater, held.Recheck} {
 		if d > 0 && (requeue == 0 || d < requeue) {
 			requeue = d
 		}

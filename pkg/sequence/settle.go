@@ -41,7 +41,8 @@ const (
 const MembershipSettleMax = 30 * time.Second
 
 // settleReported is how long a settle holds before the Sequence's status reports it: an apply's
-// settle (a few hundred milliseconds) is not worth a status write.
+// settle (a few hundred milliseconds; up to a few seconds for a slow apply of many objects) is not
+// worth a status write.
 const settleReported = time.Second
 
 // settling remembers, per sequence, what its members were when this manager last saw them change,
@@ -71,9 +72,23 @@ func (s settled) settle() time.Duration {
 	return max(membershipSettle, paceFactor*s.pace)
 }
 
-// wait returns how much longer a sequence's groups must stay closed (zero: they may open), given
-// its plan now, and for how long the changes that hold them have been going on.
-func (s *settling) wait(seq string, plan []*Group, now time.Time) (wait, changing time.Duration) {
+// hold is what the settle says of a sequence at one pass.
+type hold struct {
+	// Wait is how much longer its groups must stay closed (zero: they may open).
+	Wait time.Duration
+	// Changing is for how long the changes that hold them have been going on (zero when Wait is).
+	Changing time.Duration
+	// Settle is how long the members must stay the same, at the apply's pace.
+	Settle time.Duration
+	// Recheck is when a pass must look again to find the members quiet (zero: it found them so).
+	// It outlasts Wait once MembershipSettleMax has let the groups open: without that pass, the
+	// changes would never end, and the next apply, however much later, would not settle at all.
+	Recheck time.Duration
+}
+
+// wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
+// members were read (a change is never dated before it was seen).
+func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
 	members := membership(plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,11 +111,15 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) (wait, changin
 		cur.quiet = true
 	}
 	s.seen[seq] = cur
-	wait = max(min(cur.settle()-now.Sub(cur.since), MembershipSettleMax-now.Sub(cur.changing)), 0)
-	if wait == 0 {
-		return 0, 0
+	h := hold{Settle: cur.settle()}
+	if cur.quiet {
+		return h
 	}
-	return wait, now.Sub(cur.changing)
+	h.Recheck = max(h.Settle-now.Sub(cur.since), time.Nanosecond)
+	if h.Wait = max(min(h.Recheck, MembershipSettleMax-now.Sub(cur.changing)), 0); h.Wait > 0 {
+		h.Changing = now.Sub(cur.changing)
+	}
+	return h
 }
 
 func (s *settling) forget(seq string) {

@@ -55,9 +55,12 @@ func TestSettling(t *testing.T) {
 		{"settled", "argo", 1600*ms + paceFactor*paceHorizon, plan("svc+sts", "web2", "job"), got{}},
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
+	wait := func(seq string, plan []*Group, at time.Duration) got {
+		h := s.wait(seq, plan, start.Add(at))
+		return got{h.Wait, h.Changing}
+	}
 	for _, st := range steps {
-		var g got
-		g.Wait, g.Changing = s.wait(st.seq, st.plan, start.Add(st.at))
+		g := wait(st.seq, st.plan, st.at)
 		if d := cmp.Diff(st.want, g); d != "" {
 			t.Errorf("%s (-want +got):\n%s", st.name, d)
 		}
@@ -75,8 +78,7 @@ func TestSettling(t *testing.T) {
 			if want.Wait <= 0 {
 				want = got{}
 			}
-			var g got
-			g.Wait, g.Changing = s.wait(seq, plan(at.String(), "w1"), start.Add(at))
+			g := wait(seq, plan(at.String(), "w1"), at)
 			if d := cmp.Diff(want, g); d != "" {
 				t.Fatalf("%s: members changing for %s (-want +got):\n%s", seq, at-first, d)
 			}
@@ -88,19 +90,27 @@ func TestSettling(t *testing.T) {
 	churn("shop", first, first+80*ms, first+time.Second, 40*ms)
 	churn("shop", first, first+time.Second+100*ms, first+MembershipSettleMax+time.Second, 100*ms)
 	last := first + MembershipSettleMax + time.Second
+	// The bound has let the groups open, but a pass must still come to find the members quiet:
+	// without it, the changes would never end, and the next apply would get no settle at all.
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last)); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
+	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if w, _ := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); w != 0 {
-		t.Errorf("quiet members wait %s, want 0", w)
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); h != (hold{Settle: paceFactor * 100 * ms}) {
+		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
-	if w, _ := s.wait("shop", plan("r9", "w1"), start.Add(last+2*paceHorizon)); w != membershipSettle {
-		t.Errorf("a change after a quiet pass waits %s, want %s", w, membershipSettle)
+	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
+		t.Errorf("a change just over paceHorizon after the last: %+v, want a fresh %s", w, membershipSettle)
 	}
 	// Passes slower than the changes (each sees a new change, more than the settle after the last
 	// it saw) cannot tell a pause from a slow pass: the changes go on, and are bounded.
 	churn("slow", 0, 0, MembershipSettleMax+2*time.Second, paceHorizon+100*ms)
-	s.forget("shop")
-	if w, _ := s.wait("shop", plan("r3", "w1"), start.Add(time.Hour)); w != membershipSettle {
-		t.Errorf("a forgotten sequence waits %s, want %s", w, membershipSettle)
+	// A forgotten sequence starts afresh, its pace with it.
+	wait("paced", plan("a"), 0)
+	wait("paced", plan("b"), 500*ms)
+	s.forget("paced")
+	if w := wait("paced", plan("c"), 600*ms); w != (got{membershipSettle, 0}) {
+		t.Errorf("a forgotten sequence: %+v, want a fresh %s", w, membershipSettle)
 	}
 }

@@ -29,9 +29,9 @@ import (
 // writeStatus writes the Sequence's status. A status that only counts gated pods or ready members
 // differently is written at most once per statusCountsPeriod: a ReplicaSet creating a hundred pods
 // would otherwise cost a write per reconcile, on the API server that is creating and releasing
-// those pods. It returns when to reconcile again to write such a status. changing is how long the
-// members have been changing while the settle holds the groups closed (zero when it does not).
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, changing time.Duration, prev *wavev1.Sequence) (time.Duration, error) {
+// those pods. It returns when to reconcile again to write such a status. settle is what the settle holds
+// the groups closed for (its Changing is zero when it does not).
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, settle hold, prev *wavev1.Sequence) (time.Duration, error) {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -105,11 +105,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Released", Message: "every group is released"}
 	if !allReleased {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "Waiting", seqObj.Status.Summary
-		if changing >= settleReported {
-			cond.Reason, cond.Message = ReasonSettling, fmt.Sprintf("the members keep changing (added, removed or "+
-				"changed in generation): no group opens until they have stayed the same for %s (%d times the longest gap "+
-				"between two changes, when that is longer), or %s after the changes began",
-				membershipSettle, paceFactor, MembershipSettleMax)
+		if settle.Changing >= settleReported {
+			cond.Reason, cond.Message = ReasonSettling, fmt.Sprintf("the members are changing (added, removed or changed "+
+				"in generation: an apply still creating them, or members that keep changing): no group opens until they "+
+				"have stayed the same for %s, or %s after the changes began", settle.Settle.Round(time.Millisecond), MembershipSettleMax)
 		}
 		for _, g := range plan {
 			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {

@@ -23,7 +23,7 @@ import (
 // the database as it was when the pod was created (its Service alone). The wait Jobs run for real
 // against this API server (the suite's runner), so without the settle the Service's waiter
 // releases the web before the StatefulSet arrives. A sync on a loaded machine is slower than the
-// settle's 150 ms: the settle then follows the sync's pace.
+// settle's 150 ms: the settle then follows the sync's pace, and still ends.
 func TestLaterGroupAppliedFirstWaitsForTheEarlier(t *testing.T) {
 	for _, pace := range []time.Duration{100 * time.Millisecond, 500 * time.Millisecond} {
 		t.Run(fmt.Sprintf("an object every %s", pace), func(t *testing.T) {
@@ -45,6 +45,10 @@ func TestLaterGroupAppliedFirstWaitsForTheEarlier(t *testing.T) {
 			migrate := job(ns, "migrate", member("migrate", 2))
 			g.Expect(env.Client.Create(ctx, migrate)).To(Succeed())
 			expectGated(t, webPod)
+			// And the settle ends: the web goes once the groups before it are ready.
+			markStatefulSetReady(t, db)
+			markJobComplete(t, migrate)
+			eventuallyUngated(t, webPod)
 		})
 	}
 }
