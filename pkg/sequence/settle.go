@@ -32,10 +32,10 @@ const (
 	paceHorizon = time.Second
 )
 
-// MembershipSettleMax bounds the settle: members that keep changing (each change sooner after the last than
-// the settle) hold the sequence's groups closed for at most this long from the
-// first change, then stop holding them until the changes pause. No apply tool creates objects back
-// to back for that long; a member that changes forever (two controllers fighting over its spec, say)
+// MembershipSettleMax bounds the settle: members that keep changing (each change sooner after the
+// last than the settle) hold the sequence's groups closed for at most this long from the first
+// change, then stop holding them until the changes pause. No apply tool creates objects back to
+// back for that long; a member that changes forever (two controllers fighting over its spec, say)
 // would otherwise keep every group of its sequence closed, a deadlock. While it holds longer than
 // settleReported, the Sequence's Ready condition says so.
 const MembershipSettleMax = 30 * time.Second
