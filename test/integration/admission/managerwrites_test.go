@@ -80,29 +80,36 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{read, mark}}
 	admitted(mgr.Create(ctx, role))
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(role), role)).To(Succeed())
+	// The suite's manager writes the waiter's Role and RoleBinding too (their rules follow the
+	// namespace's wait Jobs): an update without a resourceVersion cannot conflict with it, and
+	// the policy checks it all the same.
+	overwrite := func(o client.Object) error {
+		o.SetResourceVersion("")
+		return mgr.Update(ctx, o)
+	}
 	secrets := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}
 	role.Rules = []rbacv1.PolicyRule{read, mark, secrets}
-	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a rule on Secrets")
+	g.Expect(overwrite(role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a rule on Secrets")
 	role.Rules = []rbacv1.PolicyRule{read, {APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"patch"}}}
-	g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a write")
+	g.Expect(overwrite(role)).To(MatchError(ContainSubstring("may only read")), "the waiter's Role gained a write")
 	for _, bad := range []rbacv1.PolicyRule{
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}},                                            // every Job
 		{APIGroups: []string{"apps"}, Resources: []string{"jobs"}, Verbs: []string{"patch"}, ResourceNames: []string{"wavegate-wait-a"}}, // not batch
 	} {
 		role.Rules = []rbacv1.PolicyRule{read, bad}
-		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("patch wait Jobs by name")), "the waiter's Role gained %v", bad)
+		g.Expect(overwrite(role)).To(MatchError(ContainSubstring("patch wait Jobs by name")), "the waiter's Role gained %v", bad)
 	}
 	// The manager may write any rules into its waiter Roles (escalate, by name): the policy is what
 	// keeps them to reading top-level kinds. A subresource would reach further (a pod's logs, its
 	// proxy).
 	for _, sub := range []string{"pods/log", "pods/proxy", "serviceaccounts/token"} {
 		role.Rules = []rbacv1.PolicyRule{read, {APIGroups: []string{""}, Resources: []string{sub}, Verbs: []string{"get"}}}
-		g.Expect(mgr.Update(ctx, role)).To(MatchError(ContainSubstring("no subresources")), "the waiter's Role gained %s", sub)
+		g.Expect(overwrite(role)).To(MatchError(ContainSubstring("no subresources")), "the waiter's Role gained %s", sub)
 	}
 	// A Role without rules (an opted-in namespace before its first wait Job) reaches the policy with
 	// "rules": null.
 	role.Rules = nil
-	g.Expect(mgr.Update(ctx, role)).To(Succeed(), "the waiter's Role lost its rules")
+	g.Expect(overwrite(role)).To(Succeed(), "the waiter's Role lost its rules")
 	g.Expect(mgr.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wavegate-reader"}, Rules: []rbacv1.PolicyRule{read}})).
 		To(MatchError(ContainSubstring("only named wavegate-waiter")))
 	clusterWide(t, g, mgr, ns)
@@ -116,7 +123,7 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	admitted(mgr.Create(ctx, binding))
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(binding), binding)).To(Succeed())
 	binding.Subjects = nil
-	g.Expect(mgr.Update(ctx, binding)).To(Succeed(), "the waiter's RoleBinding lost its subjects")
+	g.Expect(overwrite(binding)).To(Succeed(), "the waiter's RoleBinding lost its subjects")
 
 	// Anyone else is not checked; the manager may change the metadata of what it did not make (a
 	// member's teardown finalizer, say), and nothing else of a role or binding: not even of one named
