@@ -189,8 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// group's objects after a later group's).
 	opening := openGroups(plan)
 	held := r.settling.wait(seq, plan, read)
-	settle := held.Wait
-	if settle > 0 {
+	if held.Wait > 0 {
 		opening = opening.closed()
 	}
 	gate := newOpener(opening, func() (openness, error) { return fresh.plan(ctx) })
@@ -200,7 +199,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if empty && (settle > 0 || len(gated.gated) == 0) {
+	if empty && (held.Wait > 0 || len(gated.gated) == 0) {
 		// Only gated pods: once the members have settled, nothing comes before them (the consistent
 		// read agreeing), so they go, and the Sequence with them. No status is written for the
 		// moment they wait, and admission is told of no cleared template: no status would replace
@@ -210,7 +209,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			errs = append(errs, err)
 		}
 		if len(errs) > 0 || len(gated.gated) > 0 {
-			return ctrl.Result{RequeueAfter: settle}, errors.Join(errs...)
+			return ctrl.Result{RequeueAfter: held.Wait}, errors.Join(errs...)
 		}
 		if r.Tracker.Generation() != view {
 			return ctrl.Result{}, errViewChanged

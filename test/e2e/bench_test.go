@@ -231,10 +231,9 @@ func (pt *podTimes) phases(start time.Time, groups []string) string {
 		if len(ts) == 0 {
 			return "-"
 		}
-		cmp := func(a, b time.Time) int { return a.Compare(b) }
-		t := slices.MinFunc(ts, cmp)
+		t := slices.MinFunc(ts, time.Time.Compare)
 		if last {
-			t = slices.MaxFunc(ts, cmp)
+			t = slices.MaxFunc(ts, time.Time.Compare)
 		}
 		return fmt.Sprint(t.Sub(start).Milliseconds())
 	}
