@@ -50,7 +50,9 @@ var labelsPath = field.NewPath("metadata", "labels")
 // A namespaced object may join only its own namespace's sequences (the namespace's name, or
 // <namespace>.<name>) and the shared sequences a WavePolicy declares for its namespace; a
 // cluster-scoped object only shared sequences declared with clusterScoped. Anything else is an
-// error: no tenant can gate or hold another namespace's sequence.
+// error: no tenant can gate or hold another namespace's sequence. A cluster-scoped object that
+// names no sequence is a member only if it carries wavegate.io/group (an error then), never for a
+// policy's group label.
 func Resolve(obj Object, idx *policy.Index) (*Resolution, field.ErrorList) {
 	seq, hasSeq := obj.Labels[keys.SequenceLabel]
 	if !hasSeq {
@@ -60,6 +62,13 @@ func Resolve(obj Object, idx *policy.Index) (*Resolution, field.ErrorList) {
 	idx = idx.For(obj.Namespace, obj.NamespaceLabels, seq)
 	groupLabel, group, found := groupOf(obj.Labels, idx)
 	if !found {
+		return nil, nil
+	}
+	if obj.Namespace == "" && !hasSeq && groupLabel != keys.GroupLabel {
+		// A policy's group label (app.kubernetes.io/component, say) is one that charts set for their
+		// own reasons, and a cluster-scoped object is in no namespace that opted in: carrying it, a
+		// ClusterRole or a CRD joins nothing (the API server calls the webhook for cluster-scoped
+		// objects whatever the namespace selector says). It joins a sequence by naming it.
 		return nil, nil
 	}
 	res := &Resolution{Group: group, GroupLabel: groupLabel}

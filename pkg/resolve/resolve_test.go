@@ -147,6 +147,17 @@ func TestResolve(t *testing.T) {
 			obj:     Object{Labels: map[string]string{keys.GroupLabel: "crds", keys.GroupOrderLabel: "0"}},
 			wantErr: "metadata.labels[wavegate.io/sequence]: Required value: a cluster-scoped object must name the sequence",
 		},
+		"cluster-scoped object with a policy's group label, no sequence: not a member": {
+			obj: Object{Labels: map[string]string{"app.kubernetes.io/component": "web"}},
+			idx: shop,
+		},
+		"cluster-scoped object with a policy's group label joining a declared sequence": {
+			obj: Object{Labels: map[string]string{"app.kubernetes.io/component": "web", keys.SequenceLabel: "platform"}},
+			idx: policies(wp("platform", wavev1.WavePolicySpec{GroupLabel: "app.kubernetes.io/component",
+				Groups:    []wavev1.GroupSpec{{Name: "web", Order: 3}},
+				Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true}}})),
+			want: &Resolution{Sequence: "platform", Group: "web", GroupOrder: 3, Wave: 300, GroupLabel: "app.kubernetes.io/component"},
+		},
 		"non-integer order": {
 			obj:     Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "db", keys.GroupOrderLabel: "1", keys.OrderLabel: "first"}},
 			wantErr: `metadata.labels[wavegate.io/order]: Invalid value: "first": must be an integer from 0 to 49`,

@@ -172,6 +172,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		errs = append(errs, fmt.Errorf("teardown: %w", err))
 	}
+	if seq == "" {
+		// Nothing joins a sequence without a name: what carries a group label and names none (a
+		// cluster-scoped object without wavegate.io/sequence, a label set to "") is no member, and
+		// has no Sequence to report on it (its name would be invalid, and the write failed on every
+		// retry). Teardown has released any finalizer it carried, and strangers' gates went above.
+		if len(errs) > 0 {
+			return ctrl.Result{}, errors.Join(errs...)
+		}
+		return ctrl.Result{RequeueAfter: td.Requeue}, nil
+	}
 	// A sequence without members, wait Jobs or objects to hold has nothing to order or report, and
 	// its Sequence goes; but not while it has gated pods (bare pods, an untracked controller's:
 	// pods are never members), which nothing would release after it.

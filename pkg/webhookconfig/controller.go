@@ -134,8 +134,21 @@ func Webhooks(current []admissionregistrationv1.MutatingWebhook, groupLabels []s
 		func(w admissionregistrationv1.MutatingWebhook, name string, sel *metav1.LabelSelector) admissionregistrationv1.MutatingWebhook {
 			c := *w.DeepCopy()
 			c.Name, c.ObjectSelector = name, sel
+			c.MatchConditions = append(c.MatchConditions, namesItsSequenceIfClusterScoped)
 			return c
 		})
+}
+
+// namesItsSequenceIfClusterScoped keeps a policy's group label from bringing cluster-scoped objects
+// to the webhook: the API server applies no namespace selector to them, and charts set labels such
+// as app.kubernetes.io/component on their ClusterRoles and CRDs for their own reasons. Such an
+// object joins a sequence only by naming it (pkg/resolve), so only then is it worth a call, and a
+// wavegate outage (the mutating entries fail closed) blocks no other cluster-scoped write.
+var namesItsSequenceIfClusterScoped = admissionregistrationv1.MatchCondition{
+	Name: "namespaced-or-names-its-sequence",
+	Expression: `has(request.namespace) && request.namespace != "" || ` +
+		`(object != null && has(object.metadata.labels) && "` + keys.SequenceLabel + `" in object.metadata.labels) || ` +
+		`(oldObject != null && has(oldObject.metadata.labels) && "` + keys.SequenceLabel + `" in oldObject.metadata.labels)`,
 }
 
 // ValidatingWebhooks is Webhooks for the validating configuration (the DELETE check).
@@ -144,6 +157,7 @@ func ValidatingWebhooks(current []admissionregistrationv1.ValidatingWebhook, gro
 		func(w admissionregistrationv1.ValidatingWebhook, name string, sel *metav1.LabelSelector) admissionregistrationv1.ValidatingWebhook {
 			c := *w.DeepCopy()
 			c.Name, c.ObjectSelector = name, sel
+			c.MatchConditions = append(c.MatchConditions, namesItsSequenceIfClusterScoped)
 			return c
 		})
 }

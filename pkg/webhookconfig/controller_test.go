@@ -21,6 +21,7 @@ func TestWebhooks(t *testing.T) {
 			{Key: "wavegate.io/group", Operator: metav1.LabelSelectorOpDoesNotExist},
 			{Key: "wavegate.io/wait-job", Operator: metav1.LabelSelectorOpDoesNotExist},
 		}}
+		w.MatchConditions = append(w.MatchConditions, namesItsSequenceIfClusterScoped)
 		return w
 	}
 	cases := map[string]struct {
@@ -62,6 +63,7 @@ func TestValidatingWebhooks(t *testing.T) {
 		{Key: "wavegate.io/group", Operator: metav1.LabelSelectorOpDoesNotExist},
 		{Key: "wavegate.io/wait-job", Operator: metav1.LabelSelectorOpDoesNotExist},
 	}}
+	want.MatchConditions = []admissionregistrationv1.MatchCondition{namesItsSequenceIfClusterScoped}
 	if diff := cmp.Diff([]admissionregistrationv1.ValidatingWebhook{base, want}, got); diff != "" {
 		t.Errorf("(-want,+got):\n%s", diff)
 	}

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,31 @@ func TestPolicyGroupLabelReachesTheWebhook(t *testing.T) {
 		g.Expect(env.Client.Create(ctx, cm, client.DryRunAll)).To(Succeed())
 		g.Expect(cm.Annotations).To(Equal(resolvedAnnotations(ns, "frontend", "3", "300")))
 	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+
+	// The API server calls the webhook for cluster-scoped objects whatever the namespace selector
+	// says, and charts label their ClusterRoles and CRDs with app.kubernetes.io/component for their
+	// own reasons: such an object names no sequence, so it joins none and is admitted unchanged,
+	// with or without a group the policy knows (it was denied: "a cluster-scoped object must name the
+	// sequence it joins").
+	for _, group := range []string{"frontend", "controller"} {
+		cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{GenerateName: "chart-", Labels: labels(component, group)}}
+		g.Expect(env.Client.Create(ctx, cr)).To(Succeed(), "a cluster-scoped object with the policy's label %s=%s", component, group)
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cr) })
+		g.Expect(cr.Annotations).To(BeEmpty())
+		g.Expect(cr.Finalizers).To(BeEmpty())
+		cr.Labels["app.kubernetes.io/version"] = "2"
+		g.Expect(env.Client.Update(ctx, cr)).To(Succeed(), "an upgrade that changes its labels")
+		// The member tracker sees it under no sequence (""), and the pass for it writes no Sequence:
+		// it tried one named "-e3b0c442", refused as invalid, on every retry.
+		g.Eventually(func() []string {
+			var names []string
+			for _, o := range mgr.Wavegate.Members.Members("") {
+				names = append(names, o.GetName())
+			}
+			return names
+		}).WithTimeout(10 * time.Second).Should(ContainElement(cr.Name))
+	}
+	g.Consistently(refusedSequences.n.Load).WithTimeout(2*time.Second).Should(BeZero(), "Sequence writes refused as invalid")
 
 	d := deployment(ns, "web", labels(component, "frontend"))
 	g.Expect(env.Client.Create(ctx, d)).To(Succeed())

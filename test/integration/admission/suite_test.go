@@ -4,8 +4,11 @@ package admission
 
 import (
 	"context"
+	"net/http"
 	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -24,7 +27,36 @@ var (
 	mgr *framework.Manager
 )
 
-func TestMain(m *testing.M) { os.Exit(framework.RunSuite(m, &env, &mgr, nil, nil)) }
+func TestMain(m *testing.M) {
+	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
+		env.ManagerTransport = refusedSequences.wrap
+		return nil
+	}, nil))
+}
+
+// refusedSequences counts the manager's writes of Sequence objects that the API server refused as
+// invalid (422): a Sequence named after no valid sequence.
+var refusedSequences = &refusedWrites{resource: "/sequences"}
+
+type refusedWrites struct {
+	resource string
+	n        atomic.Int64
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func (w *refusedWrites) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, w.resource) &&
+			resp.StatusCode == http.StatusUnprocessableEntity {
+			w.n.Add(1)
+		}
+		return resp, err
+	})
+}
 
 // namespace creates a namespace, opted in or not, that is deleted after the test.
 func namespace(t *testing.T, optedIn bool) string {
