@@ -4,9 +4,11 @@
 package sequence
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/resolve"
@@ -103,8 +106,21 @@ type JobStates func(namespace, name string) JobState
 // before removing any gate, again on a consistent read from the API server.
 func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallbackNamespace string) []*Group {
 	byName := map[string]*Group{}
+	// Members of one group may give it different orders (two objects' group-order labels, the
+	// policies of two namespaces in a shared sequence): admission sees one object at a time. The
+	// group takes the lowest, and its settings from the member giving it (then by reference), so
+	// that every plan of the same members, on the cache or on a consistent read, is the same
+	// whatever order they were listed in; the group's message says so.
+	members = slices.Clone(members)
+	slices.SortFunc(members, func(a, b Member) int {
+		return cmp.Or(cmp.Compare(a.Resolution.GroupOrder, b.Resolution.GroupOrder), strings.Compare(a.ref(), b.ref()))
+	})
+	orders := map[string][]int32{}
 	for _, m := range members {
 		r := m.Resolution
+		if o := orders[r.Group]; len(o) == 0 || o[len(o)-1] != r.GroupOrder {
+			orders[r.Group] = append(o, r.GroupOrder)
+		}
 		g, ok := byName[r.Group]
 		if !ok {
 			g = &Group{Name: r.Group, Order: r.GroupOrder, Timeout: policy.DefaultTimeout, OnTimeout: wavev1.OnTimeoutBlock}
@@ -176,6 +192,10 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 			default:
 				g.Phase, g.Message = wavev1.GroupWaiting, "waiting for its members to be ready"
 			}
+		}
+		if o := orders[g.Name]; len(o) > 1 {
+			g.Message += fmt.Sprintf("; its members give it different orders %v, the lowest is used: give them all the same %s (or one WavePolicy)",
+				o, keys.GroupOrderLabel)
 		}
 		if !g.Released && open {
 			open, blocking = false, g.Name

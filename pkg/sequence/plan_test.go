@@ -108,6 +108,24 @@ func TestPlan(t *testing.T) {
 	}
 }
 
+// TestPlanGroupOrderMembersDisagreeOn: two members of group db give it orders 1 and 5, web has 3.
+// Whatever order the members are listed in (the tracker's is a map's), db plans at 1, before web,
+// and says why; taking the first member's order let web open before db in some passes.
+func TestPlanGroupOrderMembersDisagreeOn(t *testing.T) {
+	members := []Member{m("db", 5, "shop", "settings", 1), m("web", 3, "shop", "web", 1), m("db", 1, "shop", "db", 1)}
+	want := []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, true}}
+	for i := range members {
+		listed := append(slices.Clone(members[i:]), members[:i]...)
+		got := Plan("shop", listed, nil, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+		if diff := cmp.Diff(want, phases(got)); diff != "" {
+			t.Errorf("Plan of %v (-want,+got):\n%s", listed, diff)
+		}
+		if got[0].Order != 1 || !strings.Contains(got[0].Message, "different orders [1 5]") {
+			t.Errorf("group db: order %d, message %q; want order 1 and a message naming both orders", got[0].Order, got[0].Message)
+		}
+	}
+}
+
 func byGroup(ms []Member, g string) Member {
 	for _, m := range ms {
 		if m.Resolution.Group == g {
