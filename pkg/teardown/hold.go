@@ -313,7 +313,7 @@ func (r *Holder) cleanup(ctx context.Context, o resolvedObject, idx *policy.Inde
 			refused = append(refused, fmt.Sprintf("%s: %v", kind, err))
 			continue
 		}
-		if reason := cleanupRefused(gvr, namespaced, o.res.Sequence, idx); reason != "" {
+		if reason := cleanupRefused(gvr, namespaced, o.GetNamespace(), o.res.Sequence, idx); reason != "" {
 			refused = append(refused, fmt.Sprintf("%s: %s", kind, reason))
 			continue
 		}
@@ -361,10 +361,16 @@ func (r *Holder) cleanup(ctx context.Context, o resolvedObject, idx *policy.Inde
 	return left, stuck, nil
 }
 
-// cleanupRefused says why a member of sequence seq may not declare the cleanup of a kind, or "".
-func cleanupRefused(gvr schema.GroupVersionResource, namespaced bool, seq string, idx *policy.Index) string {
+// cleanupRefused says why a member of sequence seq, in namespace ns ("" for a cluster-scoped
+// member), may not declare the cleanup of a kind, or "".
+func cleanupRefused(gvr schema.GroupVersionResource, namespaced bool, ns, seq string, idx *policy.Index) string {
 	if gvr.Group == keys.Domain {
 		return "wavegate's own kinds are never cleaned up"
+	}
+	if namespaced && ns == "" {
+		// A namespaced kind is cleaned up in the member's namespace; a cluster-scoped member has
+		// none, and a list without one would reach every namespace, opted in or not.
+		return "a namespaced kind on a cluster-scoped member, whose objects would be deleted in every namespace: declare it on a member in the namespace whose objects must go"
 	}
 	if !namespaced && !idx.ClusterScoped(seq) {
 		return fmt.Sprintf("a cluster-scoped kind, whose objects would be deleted everywhere: only members of a sequence that a WavePolicy declares with clusterScoped: true may declare one (sequence %q is not)", seq)

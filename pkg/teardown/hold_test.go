@@ -83,18 +83,21 @@ func TestCleanupRefused(t *testing.T) {
 	cases := map[string]struct {
 		gvr        schema.GroupVersionResource
 		namespaced bool
-		seq        string
+		ns, seq    string
 		refused    bool
 	}{
-		"namespaced kind, own namespace's sequence":            {widgets, true, "shop", false},
-		"cluster-scoped kind, own namespace's sequence":        {gadgets, false, "shop", true},
-		"cluster-scoped kind, sequence shared among tenants":   {gadgets, false, "shared", true},
-		"cluster-scoped kind, sequence declared clusterScoped": {gadgets, false, "gpu", false},
-		"wavegate's own kind, even clusterScoped":              {sequences, false, "gpu", true},
+		"namespaced kind, own namespace's sequence":            {widgets, true, "shop", "shop", false},
+		"cluster-scoped kind, own namespace's sequence":        {gadgets, false, "shop", "shop", true},
+		"cluster-scoped kind, sequence shared among tenants":   {gadgets, false, "shop", "shared", true},
+		"cluster-scoped kind, sequence declared clusterScoped": {gadgets, false, "shop", "gpu", false},
+		"wavegate's own kind, even clusterScoped":              {sequences, false, "shop", "gpu", true},
+		// A cluster-scoped member has no namespace to clean up in: its list would reach them all.
+		"namespaced kind, cluster-scoped member":                    {widgets, true, "", "gpu", true},
+		"cluster-scoped kind, cluster-scoped member, clusterScoped": {gadgets, false, "", "gpu", false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := cleanupRefused(tc.gvr, tc.namespaced, tc.seq, idx) != ""; got != tc.refused {
+			if got := cleanupRefused(tc.gvr, tc.namespaced, tc.ns, tc.seq, idx) != ""; got != tc.refused {
 				t.Errorf("refused = %v, want %v", got, tc.refused)
 			}
 		})
