@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/waiter"
@@ -287,16 +288,26 @@ func (r *RBACReconciler) mayRun(ctx context.Context, idx *policy.Index, sc *scop
 }
 
 // mayWatch reports whether the waiter of wait Job j, of sequence seq, may read member m: a
-// namespaced member in an opted-in namespace that may join the sequence; a cluster-scoped one (a
-// kind the API server says is cluster-scoped) if the sequence is shared with clusterScoped and j
-// runs in wavegate's own namespace. wavegate runs there every group with a cluster-scoped member
-// (jobNamespace), and no tenant creates Jobs there: a Job shaped like a wait Job that a tenant
-// creates in its own namespace, naming its clusterScoped sequence, reads no cluster-scoped kind.
+// namespaced member in an opted-in namespace that may join the sequence, and that is j's own
+// namespace unless j runs in wavegate's; a cluster-scoped one (a kind the API server says is
+// cluster-scoped) if the sequence is shared with clusterScoped and j runs in wavegate's own
+// namespace. wavegate runs there every group with a cluster-scoped member or members in several
+// namespaces (jobNamespace), and no tenant creates Jobs there: a Job shaped like a wait Job that a
+// tenant creates in its own namespace reads nothing of another namespace's (its ConfigMaps, its
+// wait Jobs, which the Role of that namespace lets its waiter mark) even in a sequence shared with
+// it, and no cluster-scoped kind. Nor does any waiter read a kind that is never a member (Secrets,
+// pods; see members.Skipped) or a wildcard: a Role asking for Secrets would have every write of
+// that namespace's Role refused by the manager-writes policy, and its real wait Jobs stall.
 func (r *RBACReconciler) mayWatch(ctx context.Context, idx *policy.Index, sc *scope, j *batchv1.Job, seq string, m waiter.Member) bool {
-	if m.Namespace != "" {
-		return sc.OptedIn(ctx, m.Namespace) && idx.MayJoin(seq, m.Namespace, sc.Labels(ctx, m.Namespace))
+	if members.Skipped(m.GVR.GroupResource()) || strings.Contains(m.GVR.Group+"/"+m.GVR.Resource, "*") {
+		return false
 	}
-	if r.Namespace == "" || j.Namespace != r.Namespace || !idx.MayJoin(seq, "", nil) {
+	ownNamespace := r.Namespace != "" && j.Namespace == r.Namespace
+	if m.Namespace != "" {
+		return (m.Namespace == j.Namespace || ownNamespace) &&
+			sc.OptedIn(ctx, m.Namespace) && idx.MayJoin(seq, m.Namespace, sc.Labels(ctx, m.Namespace))
+	}
+	if !ownNamespace || !idx.MayJoin(seq, "", nil) {
 		return false
 	}
 	gvk, err := r.Client.RESTMapper().KindFor(m.GVR)

@@ -246,6 +246,15 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 		// A Job naming tenant b's sequence, in tenant c; one in a namespace that is not opted in.
 		job("tenant-c", "tenant-b", waiter.Member{GVR: gvr("", "configmaps"), Namespace: "tenant-b", Name: "x"}),
 		job("outside", "outside", waiter.Member{GVR: gvr("", "configmaps"), Namespace: "outside", Name: "x"}),
+		// A Job forged in tenant c for a sequence shared with tenant b, naming tenant b's objects
+		// (its ConfigMaps, its wait Jobs) and kinds no waiter reads (Secrets, everything): wavegate
+		// runs a group with members in another namespace in its own namespace, never in a tenant's.
+		job("tenant-c", "shared",
+			waiter.Member{GVR: gvr("apps", "deployments"), Namespace: "tenant-c", Name: "web"},
+			waiter.Member{GVR: gvr("", "configmaps"), Namespace: "tenant-b", Name: "x"},
+			waiter.Member{GVR: gvr("batch", "jobs"), Namespace: "tenant-b", Name: "x"},
+			waiter.Member{GVR: gvr("", "secrets"), Namespace: "tenant-c", Name: "x"},
+			waiter.Member{GVR: gvr("", "*"), Namespace: "tenant-c", Name: "x"}),
 		// A shared sequence declared clusterScoped, its Job in wavegate's namespace.
 		job("wavegate-system", "platform",
 			waiter.Member{GVR: gvr("rbac.authorization.k8s.io", "clusterroles"), Name: "op"},
@@ -255,12 +264,24 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithRESTMapper(testrestmapper.TestOnlyStaticRESTMapper(scheme.Scheme)).WithObjects(jobs...).
 		WithObjects(optedIn("tenant-a", "tenant-b", "tenant-c")...).WithObjects(outside).Build()
 	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
-		Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true}}}}})
+		Sequences: []wavev1.SharedSequence{{Name: "platform", ClusterScoped: true},
+			{Name: "shared", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{keys.EnabledLabel: "true"}}}}}}})
 	r := &RBACReconciler{Client: c, Policies: fixedPolicies{idx}, Namespace: "wavegate-system"}
 	if err := reconcileAll(r); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string][]string{}
+	var bindings rbacv1.RoleBindingList
+	if err := c.List(context.Background(), &bindings); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bindings.Items {
+		for _, s := range b.Subjects {
+			if s.Namespace != b.Namespace {
+				got["bound from another namespace"] = append(got["bound from another namespace"], s.Namespace+" in "+b.Namespace)
+			}
+		}
+	}
 	granted := func(where string, rules []rbacv1.PolicyRule) {
 		for _, rule := range rules {
 			for _, res := range rule.Resources {
@@ -295,6 +316,7 @@ func TestWaitJobAccessOnlyWhatItsSequenceMayHold(t *testing.T) {
 	want := map[string][]string{
 		// Each waiter may also mark its own Job ready, and no other.
 		"tenant-a":        {"deployments", "jobs [patch] [wavegate-wait-web-tenant-a]"},
+		"tenant-c":        {"deployments", "jobs [patch] [wavegate-wait-web-shared]"},
 		"wavegate-system": {"jobs [patch] [wavegate-wait-web-platform]"},
 		"(cluster)":       {"clusterroles"},
 		// Every opted-in namespace has its waiter's ServiceAccount (and a Role without rules), ready
