@@ -123,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	// wavegate acts only in opted-in namespaces: what it holds elsewhere (a namespace opted out) is
 	// released, and what it created there goes with the plan that no longer names it.
-	sc := newScope(r.Client, r.Namespace)
+	sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
 	// When the members were read: the settle dates their changes by it, not by the end of the
 	// reads below, which would shorten the gaps it learns an apply's pace from.
@@ -133,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.releaseOutside(ctx, pods, strangers, outside, sc); err != nil {
+	if err := r.releaseOutside(ctx, pods, strangers, outside, sc, fresh.joins(ctx)); err != nil {
 		return ctrl.Result{}, err
 	}
 	if frozen != "" {

@@ -173,7 +173,9 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 	}
 	ms := make([]Member, 0, len(objs))
 	for _, o := range objs {
-		if !f.scope.OptedIn(ctx, o.Kind.NamespaceOf(o)) {
+		// The second opinion does not trust the namespace cache either: a namespace it shows out of
+		// scope may have opted in a moment ago, and its members come before the group.
+		if f.scope.confirmedOut(ctx, o.Kind.NamespaceOf(o)) {
 			continue
 		}
 		if m, ok := toMember(o.Kind, o, f.idx, f.scope.Labels(ctx, o.GetNamespace())); ok {
@@ -304,16 +306,18 @@ const ungateParallelism = 64
 
 // releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
 // the teardown finalizers of members and the scheduling gates of pods.
-func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*corev1.Pod, outside []members.Object, sc *scope) error {
+func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*corev1.Pod, outside []members.Object, sc *scope, joins func(namespace string) bool) error {
+	// Each on the API server's word, not only the cache's: a namespace created or labeled a moment
+	// ago may not be in the cache yet (see scope).
 	for _, o := range outside {
-		if teardown.HasFinalizer(o) {
+		if teardown.HasFinalizer(o) && sc.confirmedOut(ctx, o.GetNamespace()) {
 			if err := r.holder(nil).Release(ctx, o, fmt.Sprintf("namespace %s is not opted in (%s)", o.GetNamespace(), keys.EnabledLabel)); err != nil {
 				return err
 			}
 		}
 	}
 	for _, p := range pods {
-		if HasGate(p) && p.DeletionTimestamp == nil && !sc.OptedIn(ctx, p.Namespace) {
+		if HasGate(p) && p.DeletionTimestamp == nil && sc.confirmedOut(ctx, p.Namespace) {
 			if err := r.removeGate(ctx, p); err != nil {
 				return err
 			}
@@ -324,7 +328,7 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*core
 	// join: nothing else would ever release them. A failure there is logged, never returned: another
 	// namespace's pod must not stop this sequence's pass.
 	for _, p := range strangers {
-		if HasGate(p) && p.DeletionTimestamp == nil {
+		if HasGate(p) && p.DeletionTimestamp == nil && sc.refresh(ctx, p.Namespace) && !joins(p.Namespace) {
 			if err := r.removeGate(ctx, p); client.IgnoreNotFound(err) != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Releasing a pod of a namespace that may not join the sequence", "pod", klog.KObj(p))
 			}

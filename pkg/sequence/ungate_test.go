@@ -357,7 +357,7 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 		t.Errorf("templates running in the sequence (-want +got):\n%s", diff)
 	}
 
-	if err := r.releaseOutside(ctx, pods, strangers, nil, sc); err != nil {
+	if err := r.releaseOutside(ctx, pods, strangers, nil, sc, fresh.joins(ctx)); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []*corev1.Pod{own, selfGated} {
@@ -384,7 +384,57 @@ func TestAStrangersPodDoesNotStopThePass(t *testing.T) {
 		},
 	})
 	r := &Reconciler{Client: c}
-	if err := r.releaseOutside(ctx, nil, []*corev1.Pod{stranger}, nil, newScope(c, "wavegate-system")); err != nil {
+	if err := r.releaseOutside(ctx, nil, []*corev1.Pod{stranger}, nil, newScope(c, "wavegate-system"), func(string) bool { return false }); err != nil {
 		t.Errorf("releaseOutside = %v, want nil: another namespace's pod must not stop the sequence's pass", err)
+	}
+}
+
+// TestLaggingNamespaceCacheReleasesNothing: the manager's namespace cache can lag its pod cache
+// (the namespace created, or labeled wavegate.io/enabled, by the same apply as the pods, which the
+// API server gated on the live labels). A pod is released as outside wavegate's scope only when
+// the API server agrees; before, a pass that saw the pod first removed its gate at once.
+func TestLaggingNamespaceCacheReleasesNothing(t *testing.T) {
+	ctx := context.Background()
+	enabled := map[string]string{keys.EnabledLabel: "true"}
+	cases := map[string]struct {
+		cached, live *corev1.Namespace // nil: not there
+		released     bool
+	}{
+		"created a moment ago: not cached yet": {
+			live: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: enabled}}},
+		"opted in a moment ago: the cache has the old labels": {
+			cached: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
+			live:   &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: enabled}}},
+		"opted out": {
+			cached:   &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
+			live:     &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
+			released: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := gatedPod("web-1", "web", "a")
+			cacheObjs, liveObjs := []client.Object{pod}, []client.Object{}
+			if tc.cached != nil {
+				cacheObjs = append(cacheObjs, tc.cached)
+			}
+			if tc.live != nil {
+				liveObjs = append(liveObjs, tc.live)
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(cacheObjs...).Build()
+			live := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(liveObjs...).Build()
+			r := &Reconciler{Client: c, APIReader: live}
+			sc := newScope(c, "wavegate-system").withLive(live)
+			fresh := &freshView{r: r, seq: "shop", idx: policy.Compile(nil), scope: sc}
+			if err := r.releaseOutside(ctx, []*corev1.Pod{pod}, nil, nil, sc, fresh.joins(ctx)); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if HasGate(got) == tc.released {
+				t.Errorf("gated = %v, want %v", HasGate(got), !tc.released)
+			}
+		})
 	}
 }
