@@ -127,8 +127,9 @@ func (c *Checker) CheckIn(u *unstructured.Unstructured, env Env) Result {
 		return checkClaim(u, env)
 	case schema.GroupKind{Group: "apps", Kind: "StatefulSet"}:
 		if s, _, _ := unstructured.NestedString(u.Object, "spec", "updateStrategy", "type"); s == "OnDelete" {
-			return checkOnDeleteStatefulSet(u)
+			return statefulSetAvailable(u, checkOnDeleteStatefulSet(u))
 		}
+		return statefulSetAvailable(u, c.computed(u))
 	case schema.GroupKind{Kind: "Service"}:
 		if t, _, _ := unstructured.NestedString(u.Object, "spec", "type"); t == "LoadBalancer" && c.loadBalancerIngress {
 			return checkLoadBalancer(u)
@@ -136,6 +137,11 @@ func (c *Checker) CheckIn(u *unstructured.Unstructured, env Env) Result {
 	case schema.GroupKind{Group: "apiregistration.k8s.io", Kind: "APIService"}:
 		return checkAPIService(u)
 	}
+	return c.computed(u)
+}
+
+// computed is kstatus's readiness of u, and the policy's for a custom resource kstatus calls Current.
+func (c *Checker) computed(u *unstructured.Unstructured) Result {
 	res, err := status.Compute(u)
 	if err != nil {
 		return Result{Status: InProgress, Message: fmt.Sprintf("cannot compute status: %v", err)}
@@ -145,7 +151,7 @@ func (c *Checker) CheckIn(u *unstructured.Unstructured, env Env) Result {
 	}
 	switch res.Status {
 	case status.CurrentStatus:
-		if !builtin(gvk.Group) {
+		if !builtin(u.GroupVersionKind().Group) {
 			return c.checkCustom(u, res.Message)
 		}
 		return Result{Status: Ready, Message: res.Message}
@@ -313,6 +319,21 @@ func checkOnDeleteStatefulSet(u *unstructured.Unstructured) Result {
 		return Result{Status: InProgress, Message: fmt.Sprintf("Pending termination: %d", replicas-spec)}
 	}
 	return Result{Status: Ready, Message: fmt.Sprintf("%d/%d ready (OnDelete: pods are updated when deleted)", ready, spec)}
+}
+
+// statefulSetAvailable holds a StatefulSet with minReadySeconds until its pods are available, as a
+// Deployment's and a DaemonSet's are waited for: kstatus (and the controller's currentRevision)
+// count ready pods, which a StatefulSet with minReadySeconds: 60 has a minute before they are
+// available.
+func statefulSetAvailable(u *unstructured.Unstructured, r Result) Result {
+	if r.Status != Ready || int64Field(u, 0, "spec", "minReadySeconds") <= 0 {
+		return r
+	}
+	spec := int64Field(u, 1, "spec", "replicas")
+	if available := int64Field(u, 0, "status", "availableReplicas"); available < spec {
+		return Result{Status: InProgress, Message: fmt.Sprintf("Available: %d/%d (minReadySeconds)", available, spec)}
+	}
+	return r
 }
 
 // checkLoadBalancer: with WithLoadBalancerIngress, a LoadBalancer Service waits for an address.

@@ -237,6 +237,26 @@ metadata: {name: s, namespace: ns, generation: 3}
 spec: {replicas: 3, updateStrategy: {type: RollingUpdate, rollingUpdate: {partition: 1}}}
 status: {observedGeneration: 3, replicas: 3, readyReplicas: 3, currentReplicas: 2, updatedReplicas: 1,
   currentRevision: s-1, updateRevision: s-2}`, want: InProgress, message: "updated: 1/2"},
+		{name: "StatefulSet/ready-not-yet-available", yaml: `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: s, namespace: ns, generation: 3}
+spec: {replicas: 3, minReadySeconds: 60, updateStrategy: {type: RollingUpdate}}
+status: {observedGeneration: 3, replicas: 3, readyReplicas: 3, availableReplicas: 1, currentReplicas: 3, updatedReplicas: 3,
+  currentRevision: s-2, updateRevision: s-2}`, want: InProgress, message: "Available: 1/3"},
+		{name: "StatefulSet/available", yaml: `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: s, namespace: ns, generation: 3}
+spec: {replicas: 3, minReadySeconds: 60, updateStrategy: {type: RollingUpdate}}
+status: {observedGeneration: 3, replicas: 3, readyReplicas: 3, availableReplicas: 3, currentReplicas: 3, updatedReplicas: 3,
+  currentRevision: s-2, updateRevision: s-2}`, want: Ready},
+		{name: "StatefulSet/OnDelete-ready-not-yet-available", yaml: `
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: s, namespace: ns, generation: 3}
+spec: {replicas: 3, minReadySeconds: 10, updateStrategy: {type: OnDelete}}
+status: {observedGeneration: 3, replicas: 3, readyReplicas: 3, availableReplicas: 2, currentReplicas: 3}`, want: InProgress, message: "Available: 2/3"},
 		{name: "StatefulSet/OnDelete-ready-old-revision", yaml: `
 apiVersion: apps/v1
 kind: StatefulSet
