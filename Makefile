@@ -15,9 +15,11 @@ $(error cannot read the pinned Kubernetes and etcd versions from test/tools)
 endif
 CONTROLLER_GEN ?= $(CACHE)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 KUBE_BIN ?= $(CACHE)/k8s-$(KUBE_VERSION)_etcd-$(ETCD_VERSION)
-# -p 1: every integration package starts its own kube-apiserver and etcd; on 2 cores they run one
-# at a time so that timing-sensitive tests never compete for the CPU.
-GO_TEST_FLAGS ?= -timeout 20m -count=1 -p 1
+# Test binaries run one at a time (-exec flock): every integration package starts its own
+# kube-apiserver and etcd, and on 2 cores timing-sensitive tests must not compete with another
+# package's. They are linked two at a time (-p 2), so that the next package's link (up to 17 s)
+# overlaps the current package's run instead of adding to it.
+GO_TEST_FLAGS ?= -timeout 20m -count=1 -p 2 -exec "flock $(CACHE)/test.lock"
 # Engines the local cluster runs beside wavegate, built once into the cache when asked for: any of
 # "argocd flux certmanager" (certmanager: the webhook serves the certificate cert-manager issues, as
 # config/default does). `make dev-up` runs none unless told; `make test-e2e` proves wavegate with them all.

@@ -157,11 +157,14 @@ func deleteNamespaceTimed(t *testing.T, ns string) time.Duration {
 // deletes every Pod, ReplicaSet, workload and Widget at once. The strict operator finalizes Widgets
 // only while one of its pods is Running and not terminating, so the namespace goes away only if
 // wavegate keeps the operator's pods until the Widgets are gone. The same namespace without Widgets
-// is the baseline.
+// is the baseline. The shapes run side by side, each in its own namespaces, against the one
+// operator (a namespace deletion mostly waits: the namespace controller waits out its pods' grace
+// period, about 16 s, even without Widgets).
 func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 	startWidgetOperator(t)
 	for _, shape := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
 		t.Run(shape, func(t *testing.T) {
+			t.Parallel()
 			g := NewWithT(t)
 			ns := "td-" + strings.ToLower(shape)
 			applyYAML(t, operatorApp(ns, shape, 2))
@@ -173,7 +176,7 @@ func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 			waitSummary(t, base, "operator 4/4 Released")
 			plain := deleteNamespaceTimed(t, base)
 			t.Logf("namespace deletion with an operator %s and 2 Widgets: %s; without Widgets: %s", shape, held.Round(100*time.Millisecond), plain.Round(100*time.Millisecond))
-			list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
+			list, err := dyn.Resource(widgetsGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
 		})
