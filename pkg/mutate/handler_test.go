@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -746,5 +747,23 @@ func TestUntrackedKindsAreNamed(t *testing.T) {
 				t.Errorf("finalizers (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPanicIsAnsweredForItsRequest: a review that panics is answered with an error for the same
+// request (its uid echoed): a response without it is invalid to the API server, which would then
+// report that instead of wavegate's error.
+func TestPanicIsAnsweredForItsRequest(t *testing.T) {
+	var rr reviewReader
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(review(t, `{}`)))
+	req.Header.Set("Content-Type", "application/json")
+	rr.serve(rec, req, func(*fastjson.Value) (types.UID, admission.Response) { panic("a bug") })
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+		t.Fatalf("response %q is not an AdmissionReview: %v", rec.Body.String(), err)
+	}
+	if out.Response.UID != "1" || out.Response.Allowed || out.Response.Result == nil || out.Response.Result.Code != http.StatusInternalServerError {
+		t.Errorf("response %+v, want uid 1, not allowed, code 500", out.Response)
 	}
 }

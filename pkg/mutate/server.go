@@ -79,7 +79,9 @@ func (rr *reviewReader) serve(w http.ResponseWriter, r *http.Request, review fun
 			uid = err.(statusError).uid
 			return
 		}
-		uid, resp = review(req)
+		// Known before the review runs: a panic in it is still answered for this request.
+		uid = types.UID(req.GetStringBytes("uid"))
+		_, resp = review(req)
 	}()
 	resp.UID = uid
 	if len(resp.Patches) > 0 {
