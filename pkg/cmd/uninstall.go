@@ -1,7 +1,11 @@
 package cmd
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -42,8 +46,13 @@ func newUninstallCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The CRD may already be gone: then only wavegate.io/group groups objects. Any other failure
+			// stops here, before anything is removed: without the policies' group labels, the objects
+			// grouped by one (app.kubernetes.io/component, say) would keep wavegate's finalizer.
 			var policies wavev1.WavePolicyList
-			_ = c.List(cmd.Context(), &policies) // the CRD may already be gone: then only wavegate.io/group
+			if err := c.List(cmd.Context(), &policies); err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+				return fmt.Errorf("listing WavePolicies (their group labels find what wavegate holds): %w", err)
+			}
 			return (&teardown.Uninstall{Kube: kube, Metadata: md, Discovery: disco, WebhookConfigurations: names,
 				GroupLabels: policy.Compile(policies.Items).GroupLabels(), Out: cmd.OutOrStdout()}).Run(cmd.Context())
 		},

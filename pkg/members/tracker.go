@@ -722,10 +722,10 @@ func Discover(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
 	return kinds, err
 }
 
-// DiscoverAll is Discover without leaving out the resources that never hold members.
-func DiscoverAll(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, error) {
-	kinds, _, err := discover(d, false, verbs)
-	return kinds, err
+// DiscoverAll is Discover without leaving out the resources that never hold members; it also
+// returns the API groups whose discovery failed, with the error: their resources may still exist.
+func DiscoverAll(d discovery.DiscoveryInterface, verbs ...string) ([]Kind, map[string]error, error) {
+	return discover(d, false, verbs)
 }
 
 // discover is Discover, which also returns the API groups whose discovery failed, with the error:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -52,11 +53,14 @@ func (u *Uninstall) Run(ctx context.Context) error {
 	// those discovery says can be patched: the custom resources of a CRD being deleted are served
 	// without patch in discovery, yet their finalizers can (and must) be removed, else the CRD stays
 	// terminating for good. A kind that truly refuses patches holds no finalizer of ours.
-	kinds, err := members.DiscoverAll(u.Discovery, "list")
+	kinds, failed, err := members.DiscoverAll(u.Discovery, "list")
 	if err != nil {
 		return err
 	}
-	patchable, err := members.DiscoverAll(u.Discovery, "list", "patch")
+	for _, group := range slices.Sorted(maps.Keys(failed)) {
+		fmt.Fprintf(u.Out, "warning: could not discover API group %q (%v); run uninstall again once it is served, if its objects hold wavegate's finalizer\n", group, failed[group])
+	}
+	patchable, _, err := members.DiscoverAll(u.Discovery, "list", "patch")
 	if err != nil {
 		return err
 	}

@@ -270,7 +270,7 @@ func deleteNamespace(t *testing.T, ns string) map[string]string {
 		Groups: []string{"system:masters", "system:authenticated"}}
 	cfg.WarningHandler = rest.NoWarnings{}
 	md := metadata.NewForConfigOrDie(cfg)
-	kinds, err := members.DiscoverAll(discovery.NewDiscoveryClientForConfigOrDie(cfg), "deletecollection", "list")
+	kinds, _, err := members.DiscoverAll(discovery.NewDiscoveryClientForConfigOrDie(cfg), "deletecollection", "list")
 	g.Expect(err).NotTo(HaveOccurred())
 	time.Sleep(time.Second) // the namespace controller's grace period (5 s in kube-controller-manager)
 	backoff := 5 * time.Millisecond
