@@ -340,11 +340,12 @@ func (t *Tracker) refresh(ctx context.Context, relist bool) error {
 		// Informers of a label no policy names any more are kept: they only show objects to the
 		// hold for release, which their metadata is enough for, and a refresh would not restart them.
 		// So are those of a kind that is unavailable: a new informer would not list it, and what the
-		// old one holds would vanish from the members.
+		// old one holds would vanish from the members; one whose LIST hangs (stalled) would hold every
+		// sequence for another ListStall at each relist (each namespace that opts in).
 		labelKeys := t.GroupLabels()
 		t.mu.Lock()
 		for key, tr := range t.informers {
-			if _, kept := t.kept[key.gvr]; !slices.Contains(labelKeys, key.label) || kept || tr.failing() != nil {
+			if _, kept := t.kept[key.gvr]; !slices.Contains(labelKeys, key.label) || kept || tr.failing() != nil || tr.stalled() {
 				continue
 			}
 			tr.cancel()

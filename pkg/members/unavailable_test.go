@@ -417,14 +417,24 @@ func TestAKindThatNeverListsDoesNotHoldTheTracker(t *testing.T) {
 		<-release
 		return false, nil, nil
 	})
-	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList), ListStall: 200 * time.Millisecond,
+	const stall = 2 * time.Second
+	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList), ListStall: stall,
 		GroupLabels: func() []string { return []string{keys.GroupLabel} },
 		informers:   map[informerKey]*tracked{}}
 	if err := tr.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
 	g.Expect(tr.HasSynced()).To(BeTrue())
-	g.Expect(tr.Unavailable()).To(HaveKeyWithValue(widgets, ContainSubstring("listing example.com/v1/widgets has not completed in 200ms")))
+	g.Expect(tr.Unavailable()).To(HaveKeyWithValue(widgets, ContainSubstring("listing example.com/v1/widgets has not completed in 2s")))
+	// A namespace opting in relists the informers: the stalled one is kept, not restarted to hold
+	// every sequence for another ListStall.
+	start := time.Now()
+	if err := tr.refresh(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	g.Expect(time.Since(start)).To(BeNumerically("<", stall/2), "the relist waited for the stalled kind again")
+	g.Expect(tr.HasSynced()).To(BeTrue())
+	g.Expect(tr.Unavailable()).To(HaveKey(widgets))
 	close(release)
 	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeEmpty())
 	g.Expect(memberNames(tr, "shop")).To(Equal([]string{"Widget/w"}))
