@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	discoveryfake "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -411,12 +412,11 @@ func TestAKindThatNeverListsDoesNotHoldTheTracker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	release := make(chan struct{})
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w"))
-	dyn.PrependReactor("list", "widgets", func(clienttesting.Action) (bool, runtime.Object, error) {
-		<-release
-		return false, nil, nil
-	})
+	// The LIST of widgets hangs before it reaches the fake client (a reactor that blocks would hold
+	// the fake's lock, and every other kind's LIST with it: a hung API group stalls only its kinds).
+	dyn := hangingLists{Interface: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList", widgets: "WidgetList"}, widget("w")),
+		gvr: widgets, release: release}
 	const stall = 2 * time.Second
 	tr := &Tracker{Dynamic: dyn, Discovery: newDiscovery(configMapList, widgetList), ListStall: stall,
 		GroupLabels: func() []string { return []string{keys.GroupLabel} },
@@ -438,6 +438,38 @@ func TestAKindThatNeverListsDoesNotHoldTheTracker(t *testing.T) {
 	close(release)
 	g.Eventually(tr.Unavailable).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeEmpty())
 	g.Expect(memberNames(tr, "shop")).To(Equal([]string{"Widget/w"}))
+}
+
+// hangingLists is a dynamic client whose LISTs of one resource hang until release is closed.
+type hangingLists struct {
+	dynamic.Interface
+	gvr     schema.GroupVersionResource
+	release <-chan struct{}
+}
+
+// IsWatchListSemanticsUnSupported: as the fake client it wraps, it serves no streamed lists.
+func (h hangingLists) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (h hangingLists) Resource(gvr schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
+	r := h.Interface.Resource(gvr)
+	if gvr != h.gvr {
+		return r
+	}
+	return hangingList{NamespaceableResourceInterface: r, release: h.release}
+}
+
+type hangingList struct {
+	dynamic.NamespaceableResourceInterface
+	release <-chan struct{}
+}
+
+func (h hangingList) List(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.NamespaceableResourceInterface.List(ctx, o)
 }
 
 // TestFreshMembersReadsEveryKindItIsNotToldToSkip: the consistent read leaves out only the kinds
