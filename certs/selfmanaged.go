@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,6 +72,13 @@ type SelfManaged struct {
 	Check time.Duration
 	// Now is the clock (tests may replace it).
 	Now func() time.Time
+
+	mu sync.Mutex
+	// trusted is when this replica first saw each CA (by serial) in every webhook configuration's
+	// caBundle; again is how soon Start must look again (a serving certificate waiting to switch
+	// to a new CA, or a failed pass).
+	trusted map[string]time.Time
+	again   time.Duration
 }
 
 // NeedLeaderElection is false: every replica serves the webhook and needs the certificate files.
@@ -124,17 +132,28 @@ func (s *SelfManaged) Start(ctx context.Context) error {
 		return err
 	}
 	for {
+		next := check
 		if err := s.Reconcile(ctx); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Reconciling the webhook certificate")
+			// A failed injection leaves a new CA untrusted, or a configuration without its bundle.
+			next = min(next, retryAfterFailure)
 		}
+		s.mu.Lock()
+		if s.again > 0 {
+			next = min(next, s.again)
+		}
+		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(check):
+		case <-time.After(next):
 		case <-changed:
 		}
 	}
 }
+
+// retryAfterFailure is how soon Start retries a pass that failed.
+const retryAfterFailure = 10 * time.Second
 
 // watchConfigurations calls changed whenever one of wavegate's webhook configurations is added or
 // updated. Webhook configurations are few and small: they are watched whole.
@@ -177,14 +196,24 @@ func notifyIfOurs(o any, ours map[string]bool, changed func()) {
 }
 
 // Reconcile makes the Secret hold a valid CA and serving certificate, writes them to CertDir and
-// injects the CA. Replicas race on the Secret with optimistic concurrency; the loser reads the
-// winner's.
+// injects the CA. A new CA is injected before anything signed by it is served: the serving
+// certificate switches to it only once every webhook configuration has carried it for
+// trustGrace (the API servers reload their configurations in that time); until then the old
+// certificate, signed by the previous CA that the bundle keeps, is served. Replicas race on the
+// Secret with optimistic concurrency; the loser reads the winner's.
 func (s *SelfManaged) Reconcile(ctx context.Context) error {
+	s.mu.Lock()
+	s.again = 0
+	s.mu.Unlock()
 	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Secret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		// Nothing is served yet: the CA and the serving certificate at once.
 		sec = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.Secret, Namespace: s.Namespace,
 			Labels: map[string]string{keys.NameLabel: "wavegate"}}, Type: corev1.SecretTypeTLS}
-		if err := s.issue(sec, true); err != nil {
+		if err := s.issueCA(sec); err != nil {
+			return err
+		}
+		if err := s.issue(sec); err != nil {
 			return err
 		}
 		if sec, err = s.Client.CoreV1().Secrets(s.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
@@ -195,35 +224,109 @@ func (s *SelfManaged) Reconcile(ctx context.Context) error {
 		}
 	} else if err != nil {
 		return fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, s.Secret, err)
-	} else if renewCA, renew := s.due(sec); renew {
-		if err := s.issue(sec, renewCA); err != nil {
+	} else if s.caDue(sec) {
+		if err := s.issueCA(sec); err != nil {
 			return err
 		}
-		if sec, err = s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) {
-				return s.Reconcile(ctx)
-			}
-			return fmt.Errorf("renewing Secret %s/%s: %w", s.Namespace, s.Secret, err)
+		if sec, err = s.update(ctx, sec); err != nil || sec == nil {
+			return err
 		}
-		ctrl.LoggerFrom(ctx).Info("Renewed the webhook certificate", "renewedCA", renewCA)
+		ctrl.LoggerFrom(ctx).Info("Renewed the webhook CA; the serving certificate switches to it once it is trusted")
 	}
-	if err := s.write(sec); err != nil {
+	if err := s.inject(ctx, sec.Data[caCertKey]); err != nil {
 		return err
 	}
-	return s.inject(ctx, sec.Data[caCertKey])
+	if s.servingDue(sec) {
+		if wait := s.untilTrusted(sec); wait > 0 {
+			s.mu.Lock()
+			s.again = wait
+			s.mu.Unlock()
+		} else {
+			if err := s.issue(sec); err != nil {
+				return err
+			}
+			if sec, err = s.update(ctx, sec); err != nil || sec == nil {
+				return err
+			}
+			ctrl.LoggerFrom(ctx).Info("Renewed the webhook certificate")
+		}
+	}
+	return s.write(sec)
 }
 
-// due reports whether the serving certificate (and the CA) must be renewed.
-func (s *SelfManaged) due(sec *corev1.Secret) (renewCA, renew bool) {
-	ca, err1 := parseCert(sec.Data[caCertKey])
-	cert, err2 := parseCert(sec.Data[certKey])
-	if err1 != nil || err2 != nil || len(sec.Data[caKeyKey]) == 0 || len(sec.Data[keyKey]) == 0 {
-		return true, true
+// update writes the Secret; on a conflict (another replica renewed it first) it reconciles again
+// and returns nil, nil.
+func (s *SelfManaged) update(ctx context.Context, sec *corev1.Secret) (*corev1.Secret, error) {
+	out, err := s.Client.CoreV1().Secrets(s.Namespace).Update(ctx, sec, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return nil, s.Reconcile(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renewing Secret %s/%s: %w", s.Namespace, s.Secret, err)
+	}
+	return out, nil
+}
+
+// caDue reports whether the CA must be renewed: missing, unreadable, or past two thirds of its life.
+func (s *SelfManaged) caDue(sec *corev1.Secret) bool {
+	ca, err := parseCert(sec.Data[caCertKey])
+	if err != nil || len(sec.Data[caKeyKey]) == 0 {
+		return true
+	}
+	return s.now().After(ca.NotAfter.Add(-ca.NotAfter.Sub(ca.NotBefore) / 3))
+}
+
+// servingDue reports whether the serving certificate must be renewed: missing, past two thirds of
+// its life, not for the webhook's names, or not signed by the current CA (renewed since).
+func (s *SelfManaged) servingDue(sec *corev1.Secret) bool {
+	cert, err := parseCert(sec.Data[certKey])
+	if err != nil || len(sec.Data[keyKey]) == 0 {
+		return true
+	}
+	ca, err := parseCert(sec.Data[caCertKey])
+	if err != nil || cert.CheckSignatureFrom(ca) != nil {
+		return true
+	}
+	return s.now().After(cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore)/3)) || !s.covers(cert)
+}
+
+// untilTrusted is how long the serving certificate must wait before it is signed by the current
+// CA, which the last inject found in every configuration: trustGrace from when this replica first
+// saw it there. A serving certificate that is missing or unreadable does not wait (nothing valid
+// is served meanwhile).
+func (s *SelfManaged) untilTrusted(sec *corev1.Secret) time.Duration {
+	if _, err := parseCert(sec.Data[certKey]); err != nil {
+		return 0
+	}
+	ca, err := parseCert(sec.Data[caCertKey])
+	if err != nil {
+		return 0
 	}
 	now := s.now()
-	renewCA = now.After(ca.NotAfter.Add(-ca.NotAfter.Sub(ca.NotBefore) / 3))
-	renew = renewCA || now.After(cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore)/3)) || !s.covers(cert)
-	return renewCA, renew
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.trusted == nil {
+		s.trusted = map[string]time.Time{}
+	}
+	id := ca.SerialNumber.String()
+	since, ok := s.trusted[id]
+	if !ok {
+		since, s.trusted[id] = now, now
+	}
+	return max(since.Add(s.trustGrace()).Sub(now), 0)
+}
+
+// trustGrace is how long a CA must have been in every webhook configuration before the serving
+// certificate is signed by it: a minute, or a tenth of a short validity (tests).
+func (s *SelfManaged) trustGrace() time.Duration {
+	return min(time.Minute, s.validity()/10)
+}
+
+func (s *SelfManaged) validity() time.Duration {
+	if s.Validity == 0 {
+		return 90 * 24 * time.Hour
+	}
+	return s.Validity
 }
 
 func (s *SelfManaged) covers(cert *x509.Certificate) bool {
@@ -240,60 +343,56 @@ func (s *SelfManaged) covers(cert *x509.Certificate) bool {
 	return true
 }
 
-// issue fills sec with a new serving certificate, and a new CA if asked. When the CA is renewed,
-// the old CA stays in the bundle so that API servers trusting it keep working during the switch.
-func (s *SelfManaged) issue(sec *corev1.Secret, newCA bool) error {
+// issueCA fills sec with a new CA, first in the bundle: the previous CAs that are still valid stay
+// in it, so that the certificate signed by the previous one is trusted until it is replaced.
+func (s *SelfManaged) issueCA(sec *corev1.Secret) error {
 	if sec.Data == nil {
 		sec.Data = map[string][]byte{}
 	}
-	validity := s.Validity
-	if validity == 0 {
-		validity = 90 * 24 * time.Hour
+	now := s.now()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook-ca"},
+		NotBefore: now.Add(-s.backdate()), NotAfter: now.Add(4 * s.validity()), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	sec.Data[caCertKey] = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keepValid(sec.Data[caCertKey], now)...)
+	sec.Data[caKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return nil
+}
+
+// backdate is how far certificates start in the past, for clock skew between API servers: never a
+// large share of their lifetime.
+func (s *SelfManaged) backdate() time.Duration {
+	return min(time.Minute, s.validity()/10)
+}
+
+// issue fills sec with a new serving certificate signed by its current CA (the bundle's first).
+func (s *SelfManaged) issue(sec *corev1.Secret) error {
+	caCert, err := parseCert(sec.Data[caCertKey])
+	if err != nil {
+		return fmt.Errorf("reading the CA: %w", err)
+	}
+	caKey, err := parseKey(sec.Data[caKeyKey])
+	if err != nil {
+		return fmt.Errorf("reading the CA's key: %w", err)
 	}
 	now := s.now()
-	// Backdate a little for clock skew between API servers, never by a large share of the lifetime.
-	backdate := min(time.Minute, validity/10)
-	var caCert *x509.Certificate
-	var caKey *ecdsa.PrivateKey
-	bundle := sec.Data[caCertKey]
-	if !newCA {
-		var err error
-		if caCert, err = parseCert(sec.Data[caCertKey]); err != nil {
-			newCA = true
-		} else if caKey, err = parseKey(sec.Data[caKeyKey]); err != nil {
-			newCA = true
-		}
-	}
-	if newCA {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
-		tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook-ca"},
-			NotBefore: now.Add(-backdate), NotAfter: now.Add(4 * validity), IsCA: true, BasicConstraintsValid: true,
-			KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-		der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
-		if err != nil {
-			return err
-		}
-		if caCert, err = x509.ParseCertificate(der); err != nil {
-			return err
-		}
-		caKey = key
-		newPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-		bundle = append(newPEM, keepValid(bundle, now)...)
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return err
-		}
-		sec.Data[caKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
 	tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook"},
-		NotBefore: now.Add(-backdate), NotAfter: now.Add(validity), DNSNames: s.DNSNames, IPAddresses: s.IPs,
+		NotBefore: now.Add(-s.backdate()), NotAfter: now.Add(s.validity()), DNSNames: s.DNSNames, IPAddresses: s.IPs,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tpl, caCert, &key.PublicKey, caKey)
 	if err != nil {
@@ -303,7 +402,6 @@ func (s *SelfManaged) issue(sec *corev1.Secret, newCA bool) error {
 	if err != nil {
 		return err
 	}
-	sec.Data[caCertKey] = bundle
 	sec.Data[certKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	sec.Data[keyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
 	return nil

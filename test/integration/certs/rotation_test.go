@@ -38,19 +38,34 @@ func freePort(t *testing.T) int {
 }
 
 func serial(t *testing.T, path string) string {
+	if c := served(path); c != nil {
+		return c.SerialNumber.String()
+	}
+	return ""
+}
+
+// issuer identifies the CA that signed the certificate at path ("" if unreadable).
+func issuer(path string) string {
+	if c := served(path); c != nil {
+		return string(c.AuthorityKeyId)
+	}
+	return ""
+}
+
+func served(path string) *x509.Certificate {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return ""
+		return nil
 	}
 	p, _ := pem.Decode(b)
 	if p == nil {
-		return ""
+		return nil
 	}
 	c, err := x509.ParseCertificate(p.Bytes)
 	if err != nil {
-		return ""
+		return nil
 	}
-	return c.SerialNumber.String()
+	return c
 }
 
 // apiServer starts a real API server for one test, stopped when the test ends, and returns a
@@ -104,20 +119,24 @@ func TestRotationWithoutFailedAdmissions(t *testing.T) {
 	go func() { _ = server.Start(ctx) }()
 	g.Eventually(func() error { return server.StartedChecker()(nil) }).WithTimeout(10 * time.Second).Should(Succeed())
 
-	// Admit ConfigMaps without pause for three rotations.
+	// Admit ConfigMaps without pause for three rotations and one of the CA (it lives 24 s and is
+	// renewed after 16 s: the certificate signed by it is served once the API server trusts it).
 	certPath := filepath.Join(dir, "tls.crt")
 	serials := map[string]bool{serial(t, certPath): true}
+	issuers := map[string]bool{issuer(certPath): true}
 	deadline := time.Now().Add(40 * time.Second)
 	n := 0
-	for len(serials) < 4 && time.Now().Before(deadline) {
+	for (len(serials) < 4 || len(issuers) < 2) && time.Now().Before(deadline) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + strconv.Itoa(n), Namespace: "rotation"}}
 		_, err := cs.CoreV1().ConfigMaps("rotation").Create(ctx, cm, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred(), "admission %d failed while the certificate rotated", n)
 		n++
 		serials[serial(t, certPath)] = true
+		issuers[issuer(certPath)] = true
 	}
 	g.Expect(len(serials)).To(BeNumerically(">=", 4), "the certificate did not rotate three times")
-	t.Logf("%d admissions across %d certificates, none failed", n, len(serials))
+	g.Expect(len(issuers)).To(BeNumerically(">=", 2), "the CA was not renewed")
+	t.Logf("%d admissions across %d certificates and %d CAs, none failed", n, len(serials), len(issuers))
 }
 
 // TestReinjectsARecreatedConfiguration: a webhook configuration re-applied without its CA bundle
