@@ -350,24 +350,37 @@ func (s *SelfManaged) issueCA(sec *corev1.Secret) error {
 		sec.Data = map[string][]byte{}
 	}
 	now := s.now()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook-ca"},
 		NotBefore: now.Add(-s.backdate()), NotAfter: now.Add(4 * s.validity()), IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &key.PublicKey, key)
+	cert, key, err := sign(tpl, nil, nil)
 	if err != nil {
 		return err
+	}
+	sec.Data[caCertKey] = append(cert, keepValid(sec.Data[caCertKey], now)...)
+	sec.Data[caKeyKey] = key
+	return nil
+}
+
+// sign makes a key and a certificate of tpl for it, signed by parent with parentKey (self-signed
+// when parent is nil), both PEM-encoded.
+func sign(tpl, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if parent == nil {
+		parent, parentKey = tpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, err
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	sec.Data[caCertKey] = append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keepValid(sec.Data[caCertKey], now)...)
-	sec.Data[caKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	return nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // backdate is how far certificates start in the past, for clock skew between API servers: never a
@@ -387,23 +400,14 @@ func (s *SelfManaged) issue(sec *corev1.Secret) error {
 		return fmt.Errorf("reading the CA's key: %w", err)
 	}
 	now := s.now()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "wavegate-webhook"},
 		NotBefore: now.Add(-s.backdate()), NotAfter: now.Add(s.validity()), DNSNames: s.DNSNames, IPAddresses: s.IPs,
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, caCert, &key.PublicKey, caKey)
+	cert, key, err := sign(tpl, caCert, caKey)
 	if err != nil {
 		return err
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	sec.Data[certKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	sec.Data[keyKey] = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	sec.Data[certKey], sec.Data[keyKey] = cert, key
 	return nil
 }
 
