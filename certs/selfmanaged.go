@@ -233,25 +233,49 @@ func (s *SelfManaged) Reconcile(ctx context.Context) error {
 		}
 		ctrl.LoggerFrom(ctx).Info("Renewed the webhook CA; the serving certificate switches to it once it is trusted")
 	}
-	if err := s.inject(ctx, sec.Data[caCertKey]); err != nil {
+	// What the Secret holds is served at once: its certificate is signed by a CA the bundle has
+	// held for trustGrace (or nothing is trusted yet: the first issue).
+	if err := s.write(sec); err != nil {
 		return err
 	}
-	if s.servingDue(sec) {
-		if wait := s.untilTrusted(sec); wait > 0 {
+	injected := s.inject(ctx, sec.Data[caCertKey])
+	if !s.servingDue(sec) {
+		return injected
+	}
+	// A certificate from the CA that signs the served one is trusted already; one from a new CA
+	// waits until the inject has put it in every configuration, and trustGrace after (unless
+	// nothing valid is served: a certificate missing or unreadable).
+	if _, err := parseCert(sec.Data[certKey]); err == nil && !s.signedByCurrentCA(sec) {
+		wait := time.Duration(0)
+		if injected == nil {
+			wait = s.untilTrusted(sec)
+		}
+		if injected != nil || wait > 0 {
 			s.mu.Lock()
 			s.again = wait
 			s.mu.Unlock()
-		} else {
-			if err := s.issue(sec); err != nil {
-				return err
-			}
-			if sec, err = s.update(ctx, sec); err != nil || sec == nil {
-				return err
-			}
-			ctrl.LoggerFrom(ctx).Info("Renewed the webhook certificate")
+			return injected
 		}
 	}
-	return s.write(sec)
+	if err := s.issue(sec); err != nil {
+		return err
+	}
+	if sec, err = s.update(ctx, sec); err != nil || sec == nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Renewed the webhook certificate")
+	return errors.Join(s.write(sec), injected)
+}
+
+// signedByCurrentCA reports whether the Secret's serving certificate is signed by its current CA
+// (the bundle's first).
+func (s *SelfManaged) signedByCurrentCA(sec *corev1.Secret) bool {
+	cert, err := parseCert(sec.Data[certKey])
+	if err != nil {
+		return false
+	}
+	ca, err := parseCert(sec.Data[caCertKey])
+	return err == nil && cert.CheckSignatureFrom(ca) == nil
 }
 
 // update writes the Secret; on a conflict (another replica renewed it first) it reconciles again
@@ -280,11 +304,7 @@ func (s *SelfManaged) caDue(sec *corev1.Secret) bool {
 // its life, not for the webhook's names, or not signed by the current CA (renewed since).
 func (s *SelfManaged) servingDue(sec *corev1.Secret) bool {
 	cert, err := parseCert(sec.Data[certKey])
-	if err != nil || len(sec.Data[keyKey]) == 0 {
-		return true
-	}
-	ca, err := parseCert(sec.Data[caCertKey])
-	if err != nil || cert.CheckSignatureFrom(ca) != nil {
+	if err != nil || len(sec.Data[keyKey]) == 0 || !s.signedByCurrentCA(sec) {
 		return true
 	}
 	return s.now().After(cert.NotAfter.Add(-cert.NotAfter.Sub(cert.NotBefore)/3)) || !s.covers(cert)
@@ -292,12 +312,8 @@ func (s *SelfManaged) servingDue(sec *corev1.Secret) bool {
 
 // untilTrusted is how long the serving certificate must wait before it is signed by the current
 // CA, which the last inject found in every configuration: trustGrace from when this replica first
-// saw it there. A serving certificate that is missing or unreadable does not wait (nothing valid
-// is served meanwhile).
+// saw it there.
 func (s *SelfManaged) untilTrusted(sec *corev1.Secret) time.Duration {
-	if _, err := parseCert(sec.Data[certKey]); err != nil {
-		return 0
-	}
 	ca, err := parseCert(sec.Data[caCertKey])
 	if err != nil {
 		return 0

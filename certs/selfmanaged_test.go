@@ -108,3 +108,37 @@ func TestNewCATrustedBeforeItSigns(t *testing.T) {
 		t.Fatal("the serving certificate did not switch to the new CA after trustGrace")
 	}
 }
+
+// TestRenewalDoesNotWaitForAMissingConfiguration: a webhook configuration that cannot be read
+// (deleted, or not yet applied) fails the injection, but the serving certificate is still renewed
+// when it is signed by the CA the served one already is: only a new CA waits for the injection.
+func TestRenewalDoesNotWaitForAMissingConfiguration(t *testing.T) {
+	ctx := context.Background()
+	const validity = time.Hour
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	hook := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "a.wavegate.io"}}}
+	cs := fake.NewClientset(hook)
+	dir := t.TempDir()
+	s := &SelfManaged{Client: cs, Namespace: "wavegate-system", Secret: "certs", CertDir: dir, IPs: []net.IP{net.ParseIP("127.0.0.1")},
+		MutatingWebhooks: []string{"hook"}, Validity: validity, Now: func() time.Time { return now }}
+	if err := s.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile(filepath.Join(dir, certKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.MutatingWebhooks = append(s.MutatingWebhooks, "missing")
+	now = now.Add(validity * 3 / 4)
+	if err := s.Reconcile(ctx); err == nil {
+		t.Fatal("the injection into a missing configuration did not fail the pass")
+	}
+	renewed, err := os.ReadFile(filepath.Join(dir, certKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(renewed) == string(first) {
+		t.Error("the serving certificate was not renewed while a configuration was missing")
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/valyala/fastjson"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"wavegate.io/wavegate/pkg/teardown"
@@ -35,29 +34,28 @@ type DeleteServer struct {
 
 // ServeHTTP implements http.Handler.
 func (s *DeleteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.reviews.serve(w, r, func(req *fastjson.Value) (types.UID, admission.Response) { return s.review(r.Context(), req) })
+	s.reviews.serve(w, r, func(req *fastjson.Value) admission.Response { return s.review(r.Context(), req) })
 }
 
-func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) (types.UID, admission.Response) {
-	uid := types.UID(req.GetStringBytes("uid"))
+func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) admission.Response {
 	if string(req.GetStringBytes("operation")) != "DELETE" {
-		return uid, admission.Allowed("")
+		return admission.Allowed("")
 	}
 	old := req.Get("oldObject")
 	if old == nil || old.Type() != fastjson.TypeObject {
-		return uid, admission.Allowed("")
+		return admission.Allowed("")
 	}
 	idx := s.Policies.Index()
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
 	foreground := string(req.GetStringBytes("options", "propagationPolicy")) == string(metav1.DeletePropagationForeground)
 	user := string(req.GetStringBytes("userInfo", "username"))
 	if idx == nil || !teardown.Relevant(resource, foreground, user) {
-		return uid, admission.Allowed("")
+		return admission.Allowed("")
 	}
 	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
 	obj, err := decodeObject(old, gk)
 	if err != nil {
-		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the object to delete: %w", err))
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the object to delete: %w", err))
 	}
 	msg := s.Check.Refuse(ctx, idx, teardown.Deletion{
 		Namespace: string(req.GetStringBytes("namespace")), Resource: resource, Kind: gk.Kind, Foreground: foreground,
@@ -65,11 +63,11 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) (types.U
 		ControllerKind: obj.ControllerKind, ControllerName: obj.ControllerName,
 	})
 	if msg == "" {
-		return uid, admission.Allowed("")
+		return admission.Allowed("")
 	}
 	resp := admission.Denied(msg)
 	resp.Result.Code, resp.Result.Reason = http.StatusConflict, metav1.StatusReasonConflict
-	return uid, resp
+	return resp
 }
 
 var errNoRequest = errors.New("the AdmissionReview has no request")

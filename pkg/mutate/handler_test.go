@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -758,7 +757,7 @@ func TestPanicIsAnsweredForItsRequest(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(review(t, `{}`)))
 	req.Header.Set("Content-Type", "application/json")
-	rr.serve(rec, req, func(*fastjson.Value) (types.UID, admission.Response) { panic("a bug") })
+	rr.serve(rec, req, func(*fastjson.Value) admission.Response { panic("a bug") })
 	var out admissionv1.AdmissionReview
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
 		t.Fatalf("response %q is not an AdmissionReview: %v", rec.Body.String(), err)

@@ -55,7 +55,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve reads one review, lets review answer its request and writes the answer.
-func (rr *reviewReader) serve(w http.ResponseWriter, r *http.Request, review func(*fastjson.Value) (types.UID, admission.Response)) {
+func (rr *reviewReader) serve(w http.ResponseWriter, r *http.Request, review func(*fastjson.Value) admission.Response) {
 	buf, _ := rr.buffers.Get().(*bytes.Buffer)
 	if buf == nil {
 		buf = new(bytes.Buffer)
@@ -81,7 +81,7 @@ func (rr *reviewReader) serve(w http.ResponseWriter, r *http.Request, review fun
 		}
 		// Known before the review runs: a panic in it is still answered for this request.
 		uid = types.UID(req.GetStringBytes("uid"))
-		_, resp = review(req)
+		resp = review(req)
 	}()
 	resp.UID = uid
 	if len(resp.Patches) > 0 {
@@ -153,31 +153,30 @@ func readReview(r *http.Request, buf *bytes.Buffer, p *fastjson.Parser) (*fastjs
 	return req, nil
 }
 
-func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
-	uid := types.UID(req.GetStringBytes("uid"))
+func (s *Server) review(req *fastjson.Value) admission.Response {
 	op := string(req.GetStringBytes("operation"))
 	if op != string(admissionv1.Create) && op != string(admissionv1.Update) {
-		return uid, admission.Allowed("wavegate only mutates CREATE and UPDATE")
+		return admission.Allowed("wavegate only mutates CREATE and UPDATE")
 	}
 	gk := schema.GroupKind{Group: string(req.GetStringBytes("kind", "group")), Kind: string(req.GetStringBytes("kind", "kind"))}
 	namespace, name := string(req.GetStringBytes("namespace")), string(req.GetStringBytes("name"))
 	raw := req.Get("object")
 	if raw == nil || raw.Type() == fastjson.TypeNull {
-		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview for %s has no object", gk.Kind))
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview for %s has no object", gk.Kind))
 	}
 	idx := s.Policies.Index()
 	if idx == nil {
-		return uid, admission.Errored(http.StatusServiceUnavailable, errors.New("wavegate has not loaded its WavePolicies yet; retry"))
+		return admission.Errored(http.StatusServiceUnavailable, errors.New("wavegate has not loaded its WavePolicies yet; retry"))
 	}
 	obj, err := decodeObject(raw, gk)
 	if err != nil {
-		return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 	}
 	var oldLabels map[string]string
 	if op == string(admissionv1.Update) {
 		if old := req.Get("oldObject"); old != nil && old.Type() == fastjson.TypeObject {
 			if oldLabels, err = stringMap(old, "metadata", "labels"); err != nil {
-				return uid, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
+				return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 			}
 			if oldLabels == nil {
 				oldLabels = map[string]string{}
@@ -187,12 +186,12 @@ func (s *Server) review(req *fastjson.Value) (types.UID, admission.Response) {
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
 	nsLabels, err := teardown.NamespaceLabels(s.Namespaces, idx, namespace)
 	if err != nil {
-		return uid, admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
 	}
 	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, NamespaceLabels: nsLabels,
 		Create: op == string(admissionv1.Create), OldLabels: oldLabels, Gates: s.Gates, Permissions: s.Permissions}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}
-	return uid, resp
+	return resp
 }
