@@ -73,6 +73,9 @@ type Request struct {
 	OldLabels map[string]string
 	// Gates is consulted for pods; nil gates every member pod.
 	Gates GateSource
+	// TemplateFixed is true when the UPDATE may not change the object's pod template: a Job's is
+	// immutable unless the Job is suspended and has never started.
+	TemplateFixed bool
 }
 
 var (
@@ -144,17 +147,16 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	ops := setEntries(nil, "/metadata/annotations", have, want)
 
 	if tpl := obj.Template; tpl != nil {
-		labels := resolve.TemplateLabels(res, obj.Labels)
-		if !tpl.HasMetadata {
-			ops = append(ops, jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels}))
+		tops, tw := templateOps(tpl, resolve.TemplateLabels(res, obj.Labels))
+		if len(tops) > 0 && req.TemplateFixed {
+			// The API server would refuse the whole update (spec.template: field is immutable), and
+			// every later one: the Job keeps its template, and its pods the labels they have.
+			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels: not stamped with group %q; a Job's pod template cannot change once the Job "+
+				"has started or while it is not suspended, so its pods keep their labels (recreate the Job for its pods to be ordered with the group)",
+				dottedPointer(tpl.Path), res.Group))
 		} else {
-			ops = setEntries(ops, tpl.Path+"/metadata/labels", tpl.Labels, labels)
-		}
-		if _, ok := tpl.Labels[keys.AdmittedLabel]; ok {
-			// A pod created with it would skip the webhook, and with it the gate.
-			ops = append(ops, jsonpatch.NewOperation("remove", patch.Pointer(tpl.Path+"/metadata/labels", keys.AdmittedLabel), nil))
-			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits, and a pod created with it would not be gated",
-				strings.ReplaceAll(strings.TrimPrefix(tpl.Path, "/"), "/", "."), keys.AdmittedLabel))
+			ops = append(ops, tops...)
+			warnings = append(warnings, tw...)
 		}
 	}
 	// Only members in their own right get the finalizer: a ReplicaSet inherits its Deployment's
@@ -179,7 +181,12 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		}
 		ops = setEntries(ops, "/metadata/labels", obj.Labels, labels)
 	}
-	if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
+	if req.GroupKind == podGroupKind && req.Create && !obj.Gated && obj.NodeName != "" {
+		// Kubernetes refuses a pod created bound to a node with scheduling gates: gating it would
+		// fail its creation, and its controller's retries, with an error that does not name wavegate.
+		warnings = append(warnings, fmt.Sprintf("spec.nodeName: the pod is bound to node %q at creation, so wavegate cannot hold it with a scheduling gate "+
+			"and it starts without waiting for the groups before %q; use a nodeSelector or node affinity instead for it to wait", obj.NodeName, res.Group))
+	} else if req.GroupKind == podGroupKind && req.Create && !obj.Gated &&
 		(req.Gates == nil || !req.Gates.Cleared(res.Sequence, res.Group, obj.templateToken())) {
 		// Every new member pod waits for the controller, unless its template was already cleared:
 		// the cache here may not have seen an earlier group that was created a moment ago.
@@ -249,4 +256,35 @@ func release(obj *partialObject, req Request, idx *policy.Index) []jsonpatch.Ope
 		}
 	}
 	return ops
+}
+
+// templateOps returns the operations that make a pod template carry the group identity (labels,
+// from resolve.TemplateLabels) and the warnings they come with. wavegate's identity labels that the
+// owner no longer carries (its sequence, its group order) are removed: left in the template, they
+// would put its new pods in another sequence, or make them fail to resolve and start ungated.
+func templateOps(tpl *podTemplate, labels map[string]string) ([]jsonpatch.Operation, []string) {
+	if !tpl.HasMetadata {
+		return []jsonpatch.Operation{jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels})}, nil
+	}
+	ops := setEntries(nil, tpl.Path+"/metadata/labels", tpl.Labels, labels)
+	var warnings []string
+	for _, k := range []string{keys.SequenceLabel, keys.GroupOrderLabel, keys.AdmittedLabel} {
+		if _, ok := tpl.Labels[k]; !ok {
+			continue
+		}
+		if _, ok := labels[k]; ok {
+			continue
+		}
+		ops = append(ops, jsonpatch.NewOperation("remove", patch.Pointer(tpl.Path+"/metadata/labels", k), nil))
+		if k == keys.AdmittedLabel {
+			// A pod created with it would skip the webhook, and with it the gate.
+			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits, and a pod created with it would not be gated",
+				dottedPointer(tpl.Path), keys.AdmittedLabel))
+		}
+	}
+	return ops, warnings
+}
+
+func dottedPointer(path string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(path, "/"), "/", ".")
 }

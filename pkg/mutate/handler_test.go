@@ -54,13 +54,17 @@ func deployment(labels, annotations map[string]string, templateLabels ...string)
 }
 
 // admit runs Mutate on obj and returns the response and the patched object as a generic map.
-func admit(t *testing.T, obj runtime.Object, gk schema.GroupKind, idx *policy.Index) (admission.Response, []byte) {
+func admit(t *testing.T, obj runtime.Object, gk schema.GroupKind, idx *policy.Index, opts ...func(*Request)) (admission.Response, []byte) {
 	t.Helper()
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp := Mutate(parse(t, raw, gk), Request{GroupKind: gk, Namespace: "shop"}, idx)
+	req := Request{GroupKind: gk, Namespace: "shop"}
+	for _, o := range opts {
+		o(&req)
+	}
+	resp := Mutate(parse(t, raw, gk), req, idx)
 	return resp, applied(t, raw, resp)
 }
 
@@ -141,6 +145,7 @@ func TestMutate(t *testing.T) {
 	cases := map[string]struct {
 		obj  runtime.Object
 		gk   schema.GroupKind
+		req  func(*Request)
 		want observed
 	}{
 		"configmap without annotations": {
@@ -183,6 +188,28 @@ func TestMutate(t *testing.T) {
 				TemplateLabels: map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
 			},
 		},
+		"a started job's template is left as it is, with a warning": {
+			obj: &batchv1.Job{ObjectMeta: meta(web, nil), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
+				Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever}}}},
+			gk:  jobGK,
+			req: func(r *Request) { r.OldLabels, r.TemplateFixed = map[string]string{}, true },
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+				TemplateLabels: map[string]string{"a": "b"},
+				Warnings: []string{`spec.template.metadata.labels: not stamped with group "web"; a Job's pod template cannot change once the Job ` +
+					`has started or while it is not suspended, so its pods keep their labels (recreate the Job for its pods to be ordered with the group)`},
+			},
+		},
+		"a template loses the sequence and group order its owner no longer names": {
+			obj: deployment(map[string]string{"app.kubernetes.io/component": "database"}, nil,
+				keys.GroupLabel, "database", keys.GroupOrderLabel, "3", keys.SequenceLabel, "shop.old"),
+			gk: deploymentGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "database", "1", "100"), keys.ArgoCDSyncWaveAnnotation, "100"),
+				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "database"},
+			},
+		},
 		"cronjob template": {
 			obj: &batchv1.CronJob{ObjectMeta: meta(web, nil), Spec: batchv1.CronJobSpec{Schedule: "* * * * *",
 				JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
@@ -217,7 +244,11 @@ func TestMutate(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			resp, out := admit(t, tc.obj, tc.gk, idx)
+			var opts []func(*Request)
+			if tc.req != nil {
+				opts = append(opts, tc.req)
+			}
+			resp, out := admit(t, tc.obj, tc.gk, idx, opts...)
 			if !resp.Allowed {
 				t.Fatalf("denied: %v", resp.Result)
 			}
@@ -226,7 +257,7 @@ func TestMutate(t *testing.T) {
 			}
 			// A second pass over the webhook's own output must not change anything.
 			var again runtime.Object = &rawObject{raw: out}
-			resp2, _ := admit(t, again, tc.gk, idx)
+			resp2, _ := admit(t, again, tc.gk, idx, opts...)
 			if len(resp2.Patches) != 0 {
 				t.Errorf("second pass patched again: %+v", resp2.Patches)
 			}
@@ -308,6 +339,10 @@ func TestServeHTTP(t *testing.T) {
 		"wrong kind of review":  {body: `{"apiVersion":"v1","kind":"Pod"}`, wantCode: http.StatusBadRequest, wantMsg: "expected an admission.k8s.io/v1 AdmissionReview"},
 		"no object":             {body: review(t, ""), wantCode: http.StatusBadRequest, wantMsg: "has no object"},
 		"a member":              {body: review(t, `{"metadata":{"labels":{"wavegate.io/group":"db","wavegate.io/group-order":"1"}}}`), wantCode: http.StatusOK},
+		"an update without its old object": {body: strings.Replace(review(t, `{"metadata":{"labels":{"wavegate.io/group":"db"}}}`), `"CREATE"`, `"UPDATE"`, 1),
+			wantCode: http.StatusBadRequest, wantMsg: "request.oldObject for the UPDATE of ConfigMap"},
+		"an update whose old object is not an object": {body: strings.Replace(review(t, `{"metadata":{}}`), `"CREATE"`, `"UPDATE","oldObject":"x"`, 1),
+			wantCode: http.StatusBadRequest, wantMsg: "is missing or not an object"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -480,6 +515,20 @@ func TestPodsAreGatedAndDerivedObjectsLeftAlone(t *testing.T) {
 	}
 	if again := Mutate(parse(t, out, podGK), req, idx); len(again.Patches) != 0 {
 		t.Errorf("a second pass patched the pod again: %+v", again.Patches)
+	}
+	// A pod created bound to a node cannot carry a scheduling gate (the API server refuses it): it
+	// is not gated, and the warning says why and what to do.
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	raw, _ = json.Marshal(bound)
+	resp = Mutate(parse(t, raw, podGK), Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true}, nil)
+	for _, op := range resp.Patches {
+		if strings.HasPrefix(op.Path, "/spec/schedulingGates") {
+			t.Errorf("a pod bound to a node was gated: %+v", resp.Patches)
+		}
+	}
+	if !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.HasPrefix(w, `spec.nodeName: the pod is bound to node "n1"`) }) {
+		t.Errorf("warnings %q, want one naming spec.nodeName", resp.Warnings)
 	}
 	slice := &corev1.ConfigMap{ObjectMeta: meta(member, nil)}
 	raw, _ = json.Marshal(slice)

@@ -23,6 +23,8 @@ type partialObject struct {
 	Controller, ControllerKind, ControllerName string
 	// HasGates is true when spec.schedulingGates is present; Gated when it holds wavegate's gate.
 	HasGates, Gated bool
+	// NodeName is a pod's spec.nodeName.
+	NodeName string
 	// Template is the pod template of a workload, nil for other kinds.
 	Template *podTemplate
 }
@@ -82,6 +84,9 @@ func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error
 				o.Gated = true
 			}
 		}
+	}
+	if gk.Group == "" && gk.Kind == "Pod" {
+		o.NodeName = string(v.GetStringBytes("spec", "nodeName"))
 	}
 	if path, ok := templatePaths[gk]; ok {
 		if tpl := v.Get(path...); tpl != nil && tpl.Type() == fastjson.TypeObject {

@@ -173,15 +173,21 @@ func (s *Server) review(req *fastjson.Value) admission.Response {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
 	}
 	var oldLabels map[string]string
+	templateFixed := false
 	if op == string(admissionv1.Update) {
-		if old := req.Get("oldObject"); old != nil && old.Type() == fastjson.TypeObject {
-			if oldLabels, err = stringMap(old, "metadata", "labels"); err != nil {
-				return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
-			}
-			if oldLabels == nil {
-				oldLabels = map[string]string{}
-			}
+		old := req.Get("oldObject")
+		if old == nil || old.Type() != fastjson.TypeObject {
+			// The API server always sends it: without it, a label change would go unseen (the
+			// ratchet, the release of a member leaving its group).
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("the AdmissionReview's request.oldObject for the UPDATE of %s %s is missing or not an object", gk.Kind, klog.KRef(namespace, name)))
 		}
+		if oldLabels, err = stringMap(old, "metadata", "labels"); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old %s %s: %w", gk.Kind, klog.KRef(namespace, name), err))
+		}
+		if oldLabels == nil {
+			oldLabels = map[string]string{}
+		}
+		templateFixed = gk == jobGroupKind && !mayChangeJobTemplate(old)
 	}
 	resource := schema.GroupResource{Group: string(req.GetStringBytes("resource", "group")), Resource: string(req.GetStringBytes("resource", "resource"))}
 	nsLabels, err := teardown.NamespaceLabels(s.Namespaces, idx, namespace)
@@ -189,9 +195,21 @@ func (s *Server) review(req *fastjson.Value) admission.Response {
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
 	}
 	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, NamespaceLabels: nsLabels,
-		Create: op == string(admissionv1.Create), OldLabels: oldLabels, Gates: s.Gates, Permissions: s.Permissions}, idx)
+		Create: op == string(admissionv1.Create), OldLabels: oldLabels, TemplateFixed: templateFixed, Gates: s.Gates, Permissions: s.Permissions}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}
 	return resp
+}
+
+var jobGroupKind = schema.GroupKind{Group: "batch", Kind: "Job"}
+
+// mayChangeJobTemplate reports whether the API server lets an UPDATE change the labels of a Job's
+// pod template, given the Job before it: only while it is suspended and has never started
+// (k8s.io/kubernetes pkg/registry/batch/job: AllowMutableSchedulingDirectives; 1.36 also allows it
+// for a Job suspended again with no active pods, which this leaves out). Otherwise the template is
+// immutable, and a patch that stamps it would fail the whole update.
+func mayChangeJobTemplate(old *fastjson.Value) bool {
+	started := old.Get("status", "startTime")
+	return old.GetBool("spec", "suspend") && (started == nil || started.Type() == fastjson.TypeNull)
 }

@@ -5,6 +5,7 @@ package resolve
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -108,7 +109,7 @@ func Resolve(obj Object, idx *policy.Index) (*Resolution, field.ErrorList) {
 			obj.Namespace, obj.Namespace, obj.Namespace, seq, obj.Namespace)))
 	}
 
-	order, err := groupOrder(obj.Labels, group, idx)
+	order, err := groupOrder(obj.Labels, gp, group, idx)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -136,10 +137,11 @@ func groupOf(labels map[string]string, idx *policy.Index) (key, value string, fo
 	return "", "", false
 }
 
-func groupOrder(labels map[string]string, group string, idx *policy.Index) (int32, *field.Error) {
+// groupOrder returns a group's order; gp is the path of the label the group was read from.
+func groupOrder(labels map[string]string, gp *field.Path, group string, idx *policy.Index) (int32, *field.Error) {
 	op := labelsPath.Key(keys.GroupOrderLabel)
 	if c := idx.Conflict(group); c != "" {
-		return 0, field.Invalid(labelsPath.Key(keys.GroupLabel), group, c+": make the policies agree")
+		return 0, field.Invalid(gp, group, c+": make the policies agree")
 	}
 	v, hasLabel := labels[keys.GroupOrderLabel]
 	var fromLabel int32
@@ -159,7 +161,8 @@ func groupOrder(labels map[string]string, group string, idx *policy.Index) (int3
 		return g.Order, nil
 	}
 	if p := idx.RequiringKnownGroups(); p != "" {
-		return 0, field.NotSupported(labelsPath.Key(keys.GroupLabel), group, groupNames(idx))
+		return 0, field.Invalid(gp, group, fmt.Sprintf("WavePolicy %s requires known groups: use one of %s, or ask a platform team to add the group",
+			p, strings.Join(groupNames(idx), ", ")))
 	}
 	if !hasLabel {
 		return 0, field.Required(op, fmt.Sprintf("group %q has no order: add it to a WavePolicy or set the label %s to an integer",

@@ -28,6 +28,11 @@ func TestResolve(t *testing.T) {
 		RequireKnownGroups: true,
 		Groups:             []wavev1.GroupSpec{{Name: "database", Order: 1}},
 	}))
+	strictByComponent := policies(wp("strict", wavev1.WavePolicySpec{
+		GroupLabel:         "app.kubernetes.io/component",
+		RequireKnownGroups: true,
+		Groups:             []wavev1.GroupSpec{{Name: "database", Order: 1}},
+	}))
 	conflicting := policies(
 		wp("a", wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "database", Order: 1}}}),
 		wp("b", wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "database", Order: 2}}}),
@@ -186,7 +191,12 @@ func TestResolve(t *testing.T) {
 		"unknown group under a policy requiring known groups": {
 			obj:     Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "cache", keys.GroupOrderLabel: "2"}},
 			idx:     strict,
-			wantErr: `metadata.labels[wavegate.io/group]: Unsupported value: "cache": supported values: "database"`,
+			wantErr: `metadata.labels[wavegate.io/group]: Invalid value: "cache": WavePolicy strict requires known groups: use one of database, or ask a platform team to add the group`,
+		},
+		"unknown group from a policy's group label": {
+			obj:     Object{Namespace: "shop", Labels: map[string]string{"app.kubernetes.io/component": "cache"}},
+			idx:     strictByComponent,
+			wantErr: `metadata.labels[app.kubernetes.io/component]: Invalid value: "cache": WavePolicy strict requires known groups`,
 		},
 		"label conflicting with the policy": {
 			obj:     Object{Namespace: "shop", Labels: map[string]string{keys.GroupLabel: "database", keys.GroupOrderLabel: "2"}},

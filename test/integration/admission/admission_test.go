@@ -132,7 +132,7 @@ func TestBadInputIsDeniedNamingTheFieldAndTheFix(t *testing.T) {
 		},
 		"unknown group while a policy requires known groups": {
 			labels: labels(keys.GroupLabel, "stranger", keys.GroupOrderLabel, "1"),
-			want:   `metadata.labels[wavegate.io/group]: Unsupported value: "stranger"`,
+			want:   `metadata.labels[wavegate.io/group]: Invalid value: "stranger": WavePolicy strict-` + ns + ` requires known groups`,
 		},
 		"label order conflicting with the policy": {
 			labels: labels(keys.GroupLabel, "known-"+ns, keys.GroupOrderLabel, "1"),
