@@ -298,7 +298,9 @@ func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
 		Timeout: DefaultTimeout, OnTimeout: wavev1.OnTimeoutBlock, Teardown: wavev1.TeardownOrdered,
 	}
 	d := p.Spec.Defaults
-	if d.Timeout != nil {
+	// A timeout under a second is refused by the CRD; one stored before it was would give the
+	// group's wait Job a deadline of a second: the default applies instead.
+	if d.Timeout != nil && d.Timeout.Duration >= time.Second {
 		out.Timeout = d.Timeout.Duration
 	}
 	if d.OnTimeout != "" {
@@ -311,7 +313,7 @@ func groupOf(p *wavev1.WavePolicy, g wavev1.GroupSpec) Group {
 	if g.ForceRemoveFinalizers != nil {
 		out.ForceRemoveFinalizers = *g.ForceRemoveFinalizers
 	}
-	if g.Timeout != nil {
+	if g.Timeout != nil && g.Timeout.Duration >= time.Second {
 		out.Timeout = g.Timeout.Duration
 	}
 	if g.OnTimeout != "" {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -63,5 +64,23 @@ func TestClusterScoped(t *testing.T) {
 				t.Errorf("ClusterScoped(%q) = %v, want %v", tc.seq, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTimeoutUnderASecondIsTheDefault: the CRD refuses a timeout under a second; one stored before
+// it did would have given the group's wait Job a one-second deadline.
+func TestTimeoutUnderASecondIsTheDefault(t *testing.T) {
+	idx := Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: wavev1.WavePolicySpec{
+		Defaults: wavev1.GroupDefaults{Timeout: &metav1.Duration{}},
+		Groups: []wavev1.GroupSpec{
+			{Name: "zero", Order: 1},
+			{Name: "negative", Order: 2, Timeout: &metav1.Duration{Duration: -time.Minute}},
+			{Name: "set", Order: 3, Timeout: &metav1.Duration{Duration: time.Minute}},
+		}}}})
+	for name, want := range map[string]time.Duration{"zero": DefaultTimeout, "negative": DefaultTimeout, "set": time.Minute} {
+		g, ok := idx.Group(name)
+		if !ok || g.Timeout != want {
+			t.Errorf("group %s: timeout %v (found %v), want %v", name, g.Timeout, ok, want)
+		}
 	}
 }

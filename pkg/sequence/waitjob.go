@@ -89,8 +89,11 @@ func jobsByKey(jobs []batchv1.Job) map[string]*batchv1.Job {
 	return out
 }
 
-// jobStates reads wait Jobs' states: from their conditions, and a Job still running whose pod
-// succeeded is complete.
+// jobStates reads wait Jobs' states: from their conditions, and a Job whose waiter succeeded (its
+// mark, or its pod's exit 0) is complete, whatever the Job controller concluded later: a waiter that
+// finds its group ready a moment before the group's timeout exits 0, but the Job controller, which
+// hears of the exit a second or two later, checks the deadline first and fails the Job with
+// DeadlineExceeded. The group was ready, and stays released.
 func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates {
 	byKey := jobsByKey(jobs)
 	return func(ns, name string) JobState {
@@ -99,7 +102,8 @@ func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates 
 			return JobMissing
 		}
 		s := StateOf(j)
-		if _, ok := succeeded[j.UID]; s == JobRunning && ok {
+		if _, ok := succeeded[j.UID]; ok && s != JobFailed {
+			// A waiter that found a member failed for good never succeeds: JobFailed stands.
 			return JobComplete
 		}
 		return s

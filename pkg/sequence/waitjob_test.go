@@ -356,6 +356,39 @@ func TestStateOf(t *testing.T) {
 	}
 }
 
+// TestWaiterSuccessOutlivesTheDeadline: a waiter that finds its group ready just before the
+// group's timeout marks its Job and exits 0, but the Job controller, hearing of the exit a second
+// or two later, checks the deadline first and fails the Job with DeadlineExceeded. The group was
+// ready: it stays complete (released), and the groups after it open. Only a member that failed for
+// good (the waiter's exit code) fails the group, and no waiter succeeds then.
+func TestWaiterSuccessOutlivesTheDeadline(t *testing.T) {
+	failed := func(uid types.UID, reason string) batchv1.Job {
+		return batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "shop", UID: uid},
+			Spec: batchv1.JobSpec{PodFailurePolicy: &batchv1.PodFailurePolicy{}},
+			Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: reason}}}}
+	}
+	jobs := []batchv1.Job{
+		failed("ready-then-deadline", batchv1.JobReasonDeadlineExceeded),
+		failed("deadline", batchv1.JobReasonDeadlineExceeded),
+		failed("ready-then-backoff", batchv1.JobReasonBackoffLimitExceeded),
+		failed("member-failed", batchv1.JobReasonPodFailurePolicy),
+		{ObjectMeta: metav1.ObjectMeta{Name: "running", Namespace: "shop", UID: "running"}},
+	}
+	at := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
+	succeeded := map[types.UID]time.Time{"ready-then-deadline": at, "ready-then-backoff": at, "member-failed": at, "running": at}
+	states := jobStates(jobs, succeeded)
+	got := map[string]JobState{}
+	for _, j := range jobs {
+		got[j.Name] = states("shop", j.Name)
+	}
+	want := map[string]JobState{"ready-then-deadline": JobComplete, "deadline": JobTimedOut, "ready-then-backoff": JobComplete,
+		"member-failed": JobFailed, "running": JobComplete}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("job states (-want +got):\n%s", d)
+	}
+}
+
 // TestWaitJobRetriesItsWaiter: a wait Job fails at once when its waiter finds a member that failed
 // for good (its exit code), never for a disrupted pod (evicted, preempted, drained), and only after
 // a few other failures (an error, a crash, an OOM kill); its pod is not BestEffort.

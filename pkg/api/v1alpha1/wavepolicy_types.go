@@ -130,9 +130,11 @@ type ReadinessRule struct {
 
 // GroupDefaults are the settings a group inherits.
 type GroupDefaults struct {
-	// Timeout bounds how long later groups wait for a group to become ready.
+	// Timeout bounds how long later groups wait for a group to become ready, from when the group
+	// opens. At least 1s.
 	// +optional
 	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="timeout must be at least 1s (a group with no bound is not supported: use a long timeout with onTimeout: Block)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// OnTimeout says what happens to later groups after the timeout.
@@ -170,8 +172,9 @@ type GroupSpec struct {
 	// +optional
 	Required bool `json:"required,omitempty"`
 
-	// Timeout overrides defaults.timeout.
+	// Timeout overrides defaults.timeout. At least 1s.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s')",message="timeout must be at least 1s (a group with no bound is not supported: use a long timeout with onTimeout: Block)"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// OnTimeout overrides defaults.onTimeout.

@@ -254,6 +254,16 @@ func TestPolicyValidationByTheAPIServer(t *testing.T) {
 			spec: wavev1.WavePolicySpec{GroupLabel: keys.OrderLabel},
 			want: "groupLabel must not be one of wavegate's other labels",
 		},
+		// A zero timeout would give the wait Job a deadline of a second (the waiter's --timeout 0 means
+		// no bound, which a user may expect here too).
+		"zero default timeout": {
+			spec: wavev1.WavePolicySpec{Defaults: wavev1.GroupDefaults{Timeout: &metav1.Duration{}}},
+			want: `spec.defaults.timeout: Invalid value: "0s": timeout must be at least 1s`,
+		},
+		"negative group timeout": {
+			spec: wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Timeout: &metav1.Duration{Duration: -time.Minute}}}},
+			want: "timeout must be at least 1s",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
