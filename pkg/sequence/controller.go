@@ -50,6 +50,9 @@ const (
 	ReasonGroupTimedOut   = "GroupTimedOut"
 	ReasonGroupFailed     = "GroupFailed"
 	ReasonUngated         = "Ungated"
+	// ReasonWaitJobRefused: the API server refused a group's wait Job (another admission webhook or
+	// policy, a ResourceQuota), so the group cannot open.
+	ReasonWaitJobRefused = "WaitJobRefused"
 )
 
 // ReasonSettling is the Sequence's Ready condition's reason while members that keep changing hold
@@ -252,6 +255,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	armLater, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
 	if err != nil {
 		errs = append(errs, err)
+		var refused *refusedJobError
+		if errors.As(err, &refused) && prev.UID != "" {
+			// Said where a user looks, not only in the manager's log: the group waits for its
+			// wait Job, whose absence also keeps its timeout from counting.
+			r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonWaitJobRefused, "Order",
+				"group %s cannot open: %v; allow wavegate's wait Jobs (label %s) in the policies or quotas that refuse them", refused.group, refused.err, keys.WaitJobLabel)
+		}
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
 		errs = append(errs, err)

@@ -186,6 +186,8 @@ func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) (*batc
 		return nil, nil // the namespace is being deleted: its groups are torn down, not created
 	case apierrors.IsAlreadyExists(err):
 		return nil, nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return nil, &refusedJobError{group: g.Name, err: fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)}
 	case err != nil:
 		return nil, fmt.Errorf("creating wait Job %s: %w", klog.KObj(job), err)
 	}
@@ -337,3 +339,14 @@ func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []
 	}
 	return nil
 }
+
+// refusedJobError is a wait Job's creation that the API server refused (a policy engine's or
+// another webhook's denial, an exhausted ResourceQuota): retrying alone does not fix it, and the
+// group cannot open, nor its timeout count, until its Job exists.
+type refusedJobError struct {
+	group string
+	err   error
+}
+
+func (e *refusedJobError) Error() string { return e.err.Error() }
+func (e *refusedJobError) Unwrap() error { return e.err }

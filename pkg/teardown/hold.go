@@ -118,8 +118,14 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		}
 		res, invalid := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: o.GetLabels()}, idx)
 		if res == nil || len(invalid) > 0 {
-			if HasFinalizer(o) {
-				// Labels that no longer resolve cannot be ordered: never strand the object.
+			// Labels that name no group any more (a policy's group label dropped) release the
+			// object: nothing would show it to the hold again. Labels that name a group that does
+			// not resolve now (its policy deleted and applied again, two policies disagreeing for a
+			// moment, requireKnownGroups added) keep the finalizer of an object that is not being
+			// deleted: admission adds it back only on a change, and policy churn would otherwise
+			// strip the teardown order of every member it touched, for good. A deleted one cannot
+			// be ordered: it goes at once, never stranded.
+			if HasFinalizer(o) && (res == nil && len(invalid) == 0 || o.GetDeletionTimestamp() != nil) {
 				if err := r.Release(ctx, o, "its labels no longer name a valid group"); err != nil {
 					errs = append(errs, err)
 				}

@@ -3,6 +3,7 @@ package teardown
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +31,8 @@ func (allOptedIn) Labels(context.Context, string) map[string]string { return nil
 func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
-	// Labels that no longer name a valid group: ordering cannot apply, the finalizer goes at once.
+	// Deleted, with labels that no longer name a valid group: ordering cannot apply, the finalizer
+	// goes at once.
 	cm := func(name string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("v1")
@@ -39,6 +41,7 @@ func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 		u.SetName(name)
 		u.SetLabels(map[string]string{keys.GroupLabel: "not a group!"})
 		u.SetFinalizers([]string{keys.TeardownFinalizer})
+		u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
 		return u
 	}
 	names := []string{"refused", "a", "b"}
@@ -69,6 +72,59 @@ func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 		got[n] = cur.GetFinalizers()
 	}
 	want := map[string][]string{"refused": {keys.TeardownFinalizer}, "a": {}, "b": {}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("finalizers (-want +got):\n%s", d)
+	}
+}
+
+// TestPolicyChurnKeepsTheFinalizer: a member whose group stops resolving for a while (its policy
+// deleted and applied again, say, so that the group has no order in between) keeps its finalizer
+// while it is not deleted: admission would add it back only on a change to the object, so a release
+// would lose its teardown order for good. A deleted one is released (it cannot be ordered), and so
+// is one whose labels name no group at all (a policy's group label no longer named): nothing would
+// show it to the hold again.
+func TestPolicyChurnKeepsTheFinalizer(t *testing.T) {
+	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
+	cm := func(name string, labels map[string]string, deleted bool) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("ConfigMap")
+		u.SetNamespace("shop")
+		u.SetName(name)
+		u.SetLabels(labels)
+		u.SetFinalizers([]string{keys.TeardownFinalizer, "other"})
+		if deleted {
+			u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
+		}
+		return u
+	}
+	noOrder := map[string]string{keys.GroupLabel: "db"} // its order came from the policy now gone
+	cms := []*unstructured.Unstructured{
+		cm("live", noOrder, false),
+		cm("deleted", noOrder, true),
+		cm("no-group", map[string]string{"app.kubernetes.io/component": "db"}, false),
+	}
+	var objs []members.Object
+	var tracked []runtime.Object
+	for _, u := range cms {
+		objs = append(objs, members.Object{Kind: kind, Unstructured: u})
+		tracked = append(tracked, u.DeepCopy())
+	}
+	dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), tracked...)
+	h := &Holder{Tracker: &members.Tracker{Dynamic: dyn}}
+	if _, err := h.Reconcile(context.Background(), "shop", objs, policy.Compile(nil), allOptedIn{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, u := range cms {
+		cur, err := dyn.Resource(kind.GVR).Namespace("shop").Get(context.Background(), u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[u.GetName()] = cur.GetFinalizers()
+	}
+	want := map[string][]string{"live": {keys.TeardownFinalizer, "other"}, "deleted": {"other"}, "no-group": {"other"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("finalizers (-want +got):\n%s", d)
 	}
