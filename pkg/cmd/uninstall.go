@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -46,18 +47,28 @@ func newUninstallCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// The CRD may already be gone: then only wavegate.io/group groups objects. Any other failure
-			// stops here, before anything is removed: without the policies' group labels, the objects
-			// grouped by one (app.kubernetes.io/component, say) would keep wavegate's finalizer.
-			var policies wavev1.WavePolicyList
-			if err := c.List(cmd.Context(), &policies); err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
-				return fmt.Errorf("listing WavePolicies (their group labels find what wavegate holds): %w", err)
+			groupLabels, err := uninstallGroupLabels(cmd.Context(), c)
+			if err != nil {
+				return err
 			}
 			return (&teardown.Uninstall{Kube: kube, Metadata: md, Discovery: disco, WebhookConfigurations: names,
-				GroupLabels: policy.Compile(policies.Items).GroupLabels(), Out: cmd.OutOrStdout()}).Run(cmd.Context())
+				GroupLabels: groupLabels, Out: cmd.OutOrStdout()}).Run(cmd.Context())
 		},
 	}
 	c.Flags().StringSliceVar(&names, "webhook-configurations", []string{
 		manager.DefaultWebhookConfigurationName, "wavegate-validating-webhook-configuration"}, "wavegate's webhook configurations")
 	return c
+}
+
+// uninstallGroupLabels returns the labels that group objects: wavegate.io/group and the policies'
+// group labels. The CRD may already be gone: then only wavegate.io/group groups objects. Any other
+// failure stops the uninstall before anything is removed: without the policies' group labels, the
+// objects grouped by one (app.kubernetes.io/component, say) would keep wavegate's finalizer while
+// the uninstall reported success.
+func uninstallGroupLabels(ctx context.Context, c client.Reader) ([]string, error) {
+	var policies wavev1.WavePolicyList
+	if err := c.List(ctx, &policies); err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("listing WavePolicies (their group labels find what wavegate holds): %w", err)
+	}
+	return policy.Compile(policies.Items).GroupLabels(), nil
 }
