@@ -20,21 +20,32 @@ import (
 // ValidatingAdmissionPolicy, removed after the test) and waits until it does.
 func denySequenceStatus(t *testing.T) {
 	t.Helper()
+	probe := sequence.ObjectName("test-probe")
+	// Every status write, and the creation of the probe (how the test sees the policy work).
+	denyByPolicy(t, "test-deny-sequence-status", wavev1.GroupVersion.Group, []string{"sequences/status", "sequences"},
+		"request.subResource != 'status' && object.metadata.name != '"+probe+"'", "test: no Sequence status",
+		func() error {
+			return env.Client.Create(context.Background(), &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: probe},
+				Spec: wavev1.SequenceSpec{Sequence: "test-probe"}}, client.DryRunAll)
+		})
+}
+
+// denyByPolicy makes the API server refuse the creations and updates of resources of an API group
+// for which expression is false (a ValidatingAdmissionPolicy and its binding, removed after the
+// test), and waits until probe fails with message: the API server loads policies asynchronously.
+func denyByPolicy(t *testing.T, name, apiGroup string, resources []string, expression, message string, probe func() error) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	probe := sequence.ObjectName("test-probe")
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "test-deny-sequence-status"},
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
 					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update, admissionregistrationv1.Create},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{wavev1.GroupVersion.Group}, APIVersions: []string{"*"},
-						Resources: []string{"sequences/status", "sequences"}}}}}},
-			// Every status write, and the creation of the probe (how the test sees the policy work).
-			Validations: []admissionregistrationv1.Validation{{Expression: "request.subResource != 'status' && object.metadata.name != '" + probe + "'",
-				Message: "test: no Sequence status"}}}}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-deny-sequence-status"},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{apiGroup}, APIVersions: []string{"*"}, Resources: resources}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression, Message: message}}}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
 	for _, o := range []client.Object{policy, binding} {
@@ -45,9 +56,7 @@ func denySequenceStatus(t *testing.T) {
 			_ = client.IgnoreNotFound(env.Client.Delete(context.Background(), o))
 		}
 	})
-	g.Eventually(func() error {
-		return env.Client.Create(ctx, &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: probe}, Spec: wavev1.SequenceSpec{Sequence: "test-probe"}}, client.DryRunAll)
-	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("test: no Sequence status")))
+	g.Eventually(probe).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring(message)))
 }
 
 // TestAdmissionHearsOfAReleaseBeforeTheStatus: the pass that releases a template tells this
