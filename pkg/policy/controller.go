@@ -31,6 +31,8 @@ const (
 	ReasonInvalidReadiness = "InvalidReadinessRule"
 	// ReasonInvalidSelector: the namespace selector does not parse; the policy applies nowhere.
 	ReasonInvalidSelector = "InvalidNamespaceSelector"
+	// ReasonInvalidGroupLabel: spec.groupLabel is not a label key; no object is grouped by it.
+	ReasonInvalidGroupLabel = "InvalidGroupLabel"
 )
 
 // maxListedNamespaces bounds status.namespaces; status.namespaceCount counts them all.
@@ -111,6 +113,9 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if _, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector); err != nil {
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidSelector
 		cond.Message = fmt.Sprintf("spec.namespaceSelector: %v: the policy applies to no namespace until it is fixed", err)
+	} else if why := InvalidGroupLabel(p.Spec.GroupLabel); p.Spec.GroupLabel != "" && why != "" {
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidGroupLabel
+		cond.Message = fmt.Sprintf("spec.groupLabel: %q is not a label key (%s): no object is grouped by it until it is fixed", p.Spec.GroupLabel, why)
 	} else if len(conflicts) > 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonConflict
 		cond.Message = strings.Join(conflicts, "; ") + ": members of these groups are denied until the policies agree"

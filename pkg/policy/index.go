@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
@@ -97,7 +98,7 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 		if c, err := readiness.NewChecker(p.Spec.Readiness); err == nil {
 			root.allCheckers[p.Name] = c
 		}
-		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && !slices.Contains(root.allLabels, l) {
+		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && InvalidGroupLabel(l) == "" && !slices.Contains(root.allLabels, l) {
 			root.allLabels = append(root.allLabels, l)
 		}
 		for _, sq := range p.Spec.Sequences {
@@ -114,6 +115,17 @@ func Compile(policies []wavev1.WavePolicy) *Index {
 	return root
 }
 
+// InvalidGroupLabel says why a policy's groupLabel is not a label key, or "". The CRD refuses such
+// a key; one stored before it did is left out of the index (a label selector on it would not
+// parse: the member tracker, admission's webhook entries and uninstall select by it), and the
+// policy's status says so.
+func InvalidGroupLabel(l string) string {
+	if msgs := validation.IsQualifiedName(l); len(msgs) > 0 {
+		return strings.Join(msgs, "; ")
+	}
+	return ""
+}
+
 // selector converts a label selector; one that does not parse selects nothing (the policy's status
 // says why).
 func selector(ls *metav1.LabelSelector) labels.Selector {
@@ -128,7 +140,7 @@ func selector(ls *metav1.LabelSelector) labels.Selector {
 func (idx *Index) compile(policies []*wavev1.WavePolicy) {
 	idx.groups, idx.conflicts = map[string]Group{}, map[string]string{}
 	for _, p := range policies {
-		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && !slices.Contains(idx.groupLabels, l) {
+		if l := p.Spec.GroupLabel; l != "" && l != keys.GroupLabel && InvalidGroupLabel(l) == "" && !slices.Contains(idx.groupLabels, l) {
 			idx.groupLabels = append(idx.groupLabels, l)
 		}
 		if p.Spec.RequireKnownGroups {

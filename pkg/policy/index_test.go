@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -82,5 +83,24 @@ func TestTimeoutUnderASecondIsTheDefault(t *testing.T) {
 		if !ok || g.Timeout != want {
 			t.Errorf("group %s: timeout %v (found %v), want %v", name, g.Timeout, ok, want)
 		}
+	}
+}
+
+// TestInvalidGroupLabelIsLeftOut: a groupLabel that is not a label key (stored before the CRD
+// refused it) is in no index: a selector on it would not parse, and the tracker, uninstall and
+// status select by the index's group labels.
+func TestInvalidGroupLabelIsLeftOut(t *testing.T) {
+	idx := Compile([]wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: wavev1.WavePolicySpec{GroupLabel: "app component"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "good"}, Spec: wavev1.WavePolicySpec{GroupLabel: "app.kubernetes.io/component"}},
+	})
+	want := []string{"wavegate.io/group", "app.kubernetes.io/component"}
+	for name, got := range map[string][]string{"root": idx.GroupLabels(), "namespace view": idx.For("shop", nil, "shop").GroupLabels()} {
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: group labels %v, want %v", name, got, want)
+		}
+	}
+	if InvalidGroupLabel("app component") == "" || InvalidGroupLabel("app.kubernetes.io/component") != "" {
+		t.Error("InvalidGroupLabel does not tell a label key")
 	}
 }

@@ -254,6 +254,11 @@ func TestPolicyValidationByTheAPIServer(t *testing.T) {
 			spec: wavev1.WavePolicySpec{GroupLabel: keys.OrderLabel},
 			want: "groupLabel must not be one of wavegate's other labels",
 		},
+		// A label selector on it would not parse (the tracker, uninstall and status select by it).
+		"group label that is not a label key": {
+			spec: wavev1.WavePolicySpec{GroupLabel: "app component"},
+			want: "groupLabel must be a label key",
+		},
 		// A zero timeout would give the wait Job a deadline of a second (the waiter's --timeout 0 means
 		// no bound, which a user may expect here too).
 		"zero default timeout": {
