@@ -203,7 +203,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
 	}
-	if err := (&sequence.RBACReconciler{Client: mgr.GetClient(), Policies: store, Namespace: cfg.Namespace}).SetupWithManager(mgr); err != nil {
+	if err := (&sequence.RBACReconciler{Client: mgr.GetClient(), Policies: store, Namespace: cfg.Namespace, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the waiter RBAC controller: %w", err)
 	}
 

@@ -78,6 +78,9 @@ type RBACReconciler struct {
 	// Namespace is wavegate's own, where the wait Jobs of sequences with only cluster-scoped
 	// members run.
 	Namespace string
+	// APIReader reads what the cache does not hold (it holds only what wavegate labels): an object
+	// of the waiter's name that someone else made. Nil trusts the cache.
+	APIReader client.Reader
 }
 
 // The controller's two keys. A pass of rolesKey writes the ServiceAccounts and roles, resumes the
@@ -512,8 +515,10 @@ func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate f
 	}
 	if apierrors.IsAlreadyExists(err) {
 		// Created a moment ago (the cache has not shown it yet): its creation brings the pass
-		// back, which patches it if need be.
-		return false, nil
+		// back, which patches it if need be. Unless someone else made it: the cache holds only
+		// what wavegate labels, so it would never show it, and the waiters of the namespace would
+		// wait for access that never comes.
+		return false, r.madeByOthers(ctx, obj)
 	}
 	if err != nil {
 		return false, fmt.Errorf("provisioning waiter access %T %s: %w", obj, klog.KObj(obj), err)
@@ -522,6 +527,27 @@ func (r *RBACReconciler) upsert(ctx context.Context, obj client.Object, mutate f
 		ctrl.LoggerFrom(ctx).V(1).Info("Provisioned waiter access", "object", klog.KObj(obj), "result", res)
 	}
 	return false, nil
+}
+
+// madeByOthers returns an error naming the object in the way when an object of obj's name exists
+// without wavegate's label.
+func (r *RBACReconciler) madeByOthers(ctx context.Context, obj client.Object) error {
+	if r.APIReader == nil {
+		return nil
+	}
+	live, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return nil
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if live.GetLabels()[keys.WaiterRBACLabel] == "true" {
+		return nil
+	}
+	return fmt.Errorf("provisioning waiter access: %T %s exists without the label %s=true, so wavegate did not make it and will not change it; "+
+		"the wait Jobs of namespace %s cannot get their access until it is deleted (wavegate makes and owns the waiters' ServiceAccount, Role and RoleBinding named %s)",
+		obj, klog.KObj(obj), keys.WaiterRBACLabel, obj.GetNamespace(), obj.GetName())
 }
 
 // prune deletes provisioned objects nothing needs any more.

@@ -123,6 +123,47 @@ func TestWaitJobResumesAfterItsAccess(t *testing.T) {
 	}
 }
 
+// TestWaiterAccessInTheWayIsNamed: a RoleBinding named like the waiter's that wavegate did not make
+// (no wavegate.io/waiter-rbac label, so the manager's cache never shows it) made every pass's
+// create fail with AlreadyExists, which passed for "created a moment ago": nothing was reported,
+// and the namespace's waiters never got their access. The pass now fails, naming the object and the
+// fix, and the wait Job stays suspended.
+func TestWaiterAccessInTheWayIsNamed(t *testing.T) {
+	job := suspendedWaitJob("wavegate-wait-web-0123456789", "shop", "shop", time.Now(), webMember("shop"))
+	squatter := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: "shop"},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"}}
+	store := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(job, squatter).WithObjects(optedIn("shop")...).Build()
+	// The manager's cache holds only what wavegate labels.
+	cached := interceptor.NewClient(store, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if rb, ok := obj.(*rbacv1.RoleBinding); ok {
+				live := &rbacv1.RoleBinding{}
+				if err := c.Get(ctx, key, live, opts...); err != nil {
+					return err
+				}
+				if live.Labels[keys.WaiterRBACLabel] != "true" {
+					return apierrors.NewNotFound(schema.GroupResource{Group: rbacv1.GroupName, Resource: "rolebindings"}, key.Name)
+				}
+				live.DeepCopyInto(rb)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &RBACReconciler{Client: cached, APIReader: store}
+	err := reconcileAll(r)
+	if err == nil || !strings.Contains(err.Error(), "RoleBinding shop/wavegate-waiter exists without the label wavegate.io/waiter-rbac=true") {
+		t.Fatalf("reconcile returned %v, want an error naming the RoleBinding in the way", err)
+	}
+	got := &batchv1.Job{}
+	if err := store.Get(context.Background(), client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Suspend == nil || !*got.Spec.Suspend {
+		t.Error("the wait Job was resumed without its waiter's access")
+	}
+}
+
 // TestWaitJobResumesAnywayWhenAccessFails: when the waiter's access cannot be provisioned, a wait
 // Job is not held suspended for ever (its deadline would never run and its group never time out):
 // after ResumeAnywayAfter it is resumed, and a Job created a moment ago stays suspended.
