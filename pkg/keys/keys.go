@@ -93,8 +93,23 @@ const (
 	NamespaceControllerUser = "system:serviceaccount:kube-system:namespace-controller"
 )
 
-// TemplateHashLabels lists the template labels in the order they are read.
+// TemplateHashLabels lists the template labels in the order they are read for a pod of a
+// controller of another kind (an operator's pods, which may carry either).
 var TemplateHashLabels = []string{PodTemplateHashLabel, ControllerRevisionHashLabel}
+
+// TemplateHashLabelsOf lists the labels that identify the template of a pod whose controller is of
+// kind: the one its controller stamps. A template may carry the other (a pod-template-hash copied
+// from a ReplicaSet's pods into a StatefulSet's template, say) with a value that never changes,
+// which would make every revision look like the one already released.
+func TemplateHashLabelsOf(kind string) []string {
+	switch kind {
+	case "ReplicaSet":
+		return TemplateHashLabels[:1]
+	case "StatefulSet", "DaemonSet":
+		return TemplateHashLabels[1:]
+	}
+	return TemplateHashLabels
+}
 
 const (
 	// WavesPerGroup is the width of a group in waves: wave = group order x WavesPerGroup + order.

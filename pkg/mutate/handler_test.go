@@ -815,3 +815,28 @@ func TestPanicIsAnsweredForItsRequest(t *testing.T) {
 		t.Errorf("response %+v, want uid 1, not allowed, code 500", out.Response)
 	}
 }
+
+// recordedGates records the templates admission asks about.
+type recordedGates struct{ asked []string }
+
+func (g *recordedGates) Cleared(_, _, template string) bool {
+	g.asked = append(g.asked, template)
+	return false
+}
+
+// TestGateAsksForTheTemplateItsControllerStamps: admission reads a pod's template as the
+// controller does (sequence.TemplateToken): a StatefulSet's pod by its controller-revision-hash,
+// even when its template also carries a pod-template-hash, whose value never changes.
+func TestGateAsksForTheTemplateItsControllerStamps(t *testing.T) {
+	for kind, want := range map[string]string{"StatefulSet": "owner/rev-2", "ReplicaSet": "owner/static", "Widget": "owner/static"} {
+		pod := &corev1.Pod{ObjectMeta: meta(map[string]string{keys.GroupLabel: "web", keys.GroupOrderLabel: "3",
+			keys.PodTemplateHashLabel: "static", keys.ControllerRevisionHashLabel: "rev-2"}, nil)}
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "x", UID: "owner", Controller: ptr.To(true)}}
+		raw, _ := json.Marshal(pod)
+		gates := &recordedGates{}
+		Mutate(parse(t, raw, podGK), Request{GroupKind: podGK, Resource: schema.GroupResource{Resource: "pods"}, Namespace: "shop", Create: true, Gates: gates}, nil)
+		if d := cmp.Diff([]string{want}, gates.asked); d != "" {
+			t.Errorf("%s's pod: templates asked (-want +got):\n%s", kind, d)
+		}
+	}
+}

@@ -151,7 +151,7 @@ func (o *partialObject) templateToken() string {
 	if o.Controller == "" {
 		return ""
 	}
-	for _, k := range keys.TemplateHashLabels {
+	for _, k := range keys.TemplateHashLabelsOf(o.ControllerKind) {
 		if v, ok := o.Labels[k]; ok {
 			return o.Controller + "/" + v
 		}

@@ -39,7 +39,7 @@ func TemplateToken(o metav1.Object) string {
 		return ""
 	}
 	l := o.GetLabels()
-	for _, k := range keys.TemplateHashLabels {
+	for _, k := range keys.TemplateHashLabelsOf(c.Kind) {
 		if v, ok := l[k]; ok {
 			return string(c.UID) + "/" + v
 		}

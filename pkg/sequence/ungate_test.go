@@ -438,3 +438,33 @@ func TestLaggingNamespaceCacheReleasesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestTemplateToken: a pod's template is read from the label its controller stamps. A template
+// that also carries the other label (a pod-template-hash copied into a StatefulSet's template)
+// has a value that never changes: read first, it made every revision of the StatefulSet look like
+// the one already released, and its upgraded pods were admitted ungated.
+func TestTemplateToken(t *testing.T) {
+	both := map[string]string{keys.PodTemplateHashLabel: "static", keys.ControllerRevisionHashLabel: "rev-2"}
+	pod := func(kind string, labels map[string]string) *metav1.ObjectMeta {
+		return &metav1.ObjectMeta{Labels: labels, OwnerReferences: []metav1.OwnerReference{{Kind: kind, Name: "x", UID: "owner", Controller: ptr.To(true)}}}
+	}
+	cases := map[string]struct {
+		pod  metav1.Object
+		want string
+	}{
+		"a ReplicaSet's pod":                  {pod("ReplicaSet", both), "owner/static"},
+		"a StatefulSet's pod":                 {pod("StatefulSet", both), "owner/rev-2"},
+		"a DaemonSet's pod":                   {pod("DaemonSet", both), "owner/rev-2"},
+		"an operator's pod":                   {pod("Widget", both), "owner/static"},
+		"an operator's pod with no hash":      {pod("Widget", nil), "owner"},
+		"a StatefulSet's pod with only a pth": {pod("StatefulSet", map[string]string{keys.PodTemplateHashLabel: "static"}), "owner"},
+		"a bare pod":                          {&metav1.ObjectMeta{Labels: both}, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := TemplateToken(tc.pod); got != tc.want {
+				t.Errorf("TemplateToken = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
