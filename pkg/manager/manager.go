@@ -253,41 +253,74 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 	if err != nil {
 		return fmt.Errorf("watching CRDs: %w", err)
 	}
-	changed := make(chan struct{}, 1)
-	notify := func(any) {
+	changed, served := make(chan struct{}, 1), make(chan struct{}, 1)
+	notify := func(c chan struct{}) {
 		select {
-		case changed <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 	}
 	// A new CRD is served only once it is Established, a moment after it is created: refresh on
-	// every change of a CRD (its status included), and once more shortly after.
+	// every change of a CRD (its status included), and once more shortly after. A CRD created or
+	// deleted, or whose spec changed (its generation: the versions or names it serves), also holds
+	// the sequences (Tracker.KindsChanging) until that later refresh has tracked what it serves.
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: notify, UpdateFunc: func(_, o any) { notify(o) }, DeleteFunc: notify,
+		AddFunc: func(any) { notify(changed); notify(served) },
+		UpdateFunc: func(o, n any) {
+			notify(changed)
+			if om, ok := o.(metav1.Object); !ok || om.GetGeneration() != n.(metav1.Object).GetGeneration() {
+				notify(served)
+			}
+		},
+		DeleteFunc: func(any) { notify(changed); notify(served) },
 	}); err != nil {
 		return err
 	}
-	var again <-chan time.Time
+	var again, holdMax <-chan time.Time
+	holding := false
 	for {
 		select {
 		case <-ctx.Done():
+			tracker.KindsChanging(false)
 			return nil
+		case <-served:
+			if !holding {
+				holding, holdMax = true, time.After(crdHoldMax)
+				tracker.KindsChanging(true)
+			}
+			again = time.After(crdSettle)
 		case <-changed:
-			again = time.After(2 * time.Second)
+			again = time.After(crdSettle)
 		case <-again:
 			again = nil
+		case <-holdMax:
+			holdMax = nil
 		}
-		if !tracker.Discovered() {
-			continue // the first discovery is still running and will see it
+		if tracker.Discovered() { // else the first discovery is still running and will see it
+			if err := perms.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
+			}
+			if err := tracker.Refresh(ctx); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
+			}
 		}
-		if err := perms.Refresh(ctx); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
-		}
-		if err := tracker.Refresh(ctx); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
+		// The hold ends with the refresh made crdSettle after the CRDs' last change (the new CRD's
+		// Established condition, say), or after crdHoldMax whatever they do: CRDs that keep changing
+		// (a controller rewriting one's status) must not hold the sequences for good.
+		if holding && (again == nil || holdMax == nil) {
+			holding, holdMax = false, nil
+			tracker.KindsChanging(false)
 		}
 	}
 }
+
+// crdSettle is how long after a CRD change discovery is given to serve what it serves (discovery
+// can lag behind the CRD's Established condition), and so how long the sequences are held after
+// the last change; crdHoldMax bounds a hold.
+const (
+	crdSettle  = 2 * time.Second
+	crdHoldMax = 10 * time.Second
+)
 
 func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error) {
 	cfg := mgr.GetConfig()

@@ -227,6 +227,9 @@ type Tracker struct {
 	// stale: a namespace came into scope and the informers have not re-listed it yet (its objects
 	// are cached as metadata only).
 	stale bool
+	// kindsChanging: a CRD came or went a moment ago, and the kinds it serves may not be tracked
+	// yet (see KindsChanging).
+	kindsChanging bool
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
@@ -305,6 +308,23 @@ func poke(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
+}
+
+// KindsChanging says whether a CRD came or went a moment ago. While it does, the tracker has not
+// synced: the custom resources of a CRD created by the same apply as the rest of an app (Helm
+// installs its crds/ first, then the templates) are not tracked until discovery serves the new kind
+// and its informer has listed, up to a few seconds after the CRD is Established. A group of such
+// resources would be missing from every plan, and from the consistent read that confirms a
+// release, so the groups after it would open early. Whoever watches CRDs sets it, and clears it
+// once the kinds have been refreshed; it is bounded there, so that CRDs that keep changing never
+// hold the sequences for good.
+func (t *Tracker) KindsChanging(changing bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if changing && !t.kindsChanging {
+		t.gen.Add(1) // a pass in flight decides on a view that may lack the new kind
+	}
+	t.kindsChanging = changing
 }
 
 // Relabel asks the tracker to track the current group labels (a policy changed). It does not
@@ -771,7 +791,7 @@ func discover(d discovery.DiscoveryInterface, skip bool, verbs []string) ([]Kind
 func (t *Tracker) HasSynced() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if !t.listed || t.stale {
+	if !t.listed || t.stale || t.kindsChanging {
 		return false
 	}
 	for _, tr := range t.informers {

@@ -1,0 +1,63 @@
+package ordering
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestNewKindHoldsTheGroupsAfterIt: Helm installs a chart's crds/ first, waits for them to be
+// Established, then applies its templates. The custom resources of a new CRD are tracked only once
+// discovery serves the kind and its informer has listed (up to a few seconds after the CRD is
+// Established): until then a group of them was in no plan and in no consistent read, so a later
+// group's pods were released as if nothing came before them. After a CRD comes, the sequences are
+// held until its kind is tracked: the web pod created with the CRD stays gated, and once the
+// database's custom resource (not ready) is there, it waits for it.
+func TestNewKindHoldsTheGroupsAfterIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "databases.newkind.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "newkind.example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "databases", Singular: "database", Kind: "Database", ListKind: "DatabaseList"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+		},
+	}
+	g.Expect(env.Client.Create(ctx, crd)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), crd) })
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
+		established := false
+		for _, c := range crd.Status.Conditions {
+			established = established || c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue
+		}
+		g.Expect(established).To(BeTrue())
+	}).WithTimeout(timeout).Should(Succeed())
+
+	// The templates: the web's pod first (as Helm orders kinds), the database's resource after it.
+	web := barePod(t, ns, "web", member("web", 2))
+	g.Consistently(func(g Gomega) bool { return gated(g, web) }).WithTimeout(time.Second).Should(BeTrue(),
+		"the web was released while the new kind was not tracked yet")
+	db := &unstructured.Unstructured{}
+	db.SetAPIVersion("newkind.example.com/v1")
+	db.SetKind("Database")
+	db.SetNamespace(ns)
+	db.SetName("db")
+	db.SetLabels(member("db", 1))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), db) })
+	g.Eventually(groupPhase(ns, "db")).WithTimeout(timeout).ShouldNot(BeEmpty(), "the database's resource is not planned")
+	g.Consistently(func(g Gomega) bool { return gated(g, web) }).WithTimeout(2*time.Second).Should(BeTrue(),
+		"the web was released before the database was ready")
+}
