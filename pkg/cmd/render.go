@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 func newRenderCommand() *cobra.Command {
 	var o render.Options
 	var files []string
+	var nsLabels map[string]string
 	c := &cobra.Command{
 		Use:   "render [-f file|dir|-]...",
 		Short: "Write the waves wavegate derives into manifests, offline (also a kustomize KRM function)",
@@ -24,6 +26,12 @@ func newRenderCommand() *cobra.Command {
 			"is answered with a ResourceList, so the command works as a kustomize KRM function.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Warnings = cmd.ErrOrStderr()
+			if len(nsLabels) > 0 {
+				if o.Namespace == "" {
+					return errors.New("--namespace-labels are the labels of --namespace: pass --namespace too")
+				}
+				o.NamespaceLabels = map[string]map[string]string{o.Namespace: nsLabels}
+			}
 			var readers []io.Reader
 			if len(files) == 0 {
 				files = []string{"-"}
@@ -41,6 +49,7 @@ func newRenderCommand() *cobra.Command {
 	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "a manifest file, a directory of them, or - for stdin (repeatable)")
 	c.Flags().StringVarP(&o.Namespace, "namespace", "n", "", "namespace of namespaced objects whose manifests name none")
 	c.Flags().StringSliceVar(&o.ClusterScopedKinds, "cluster-scoped-kinds", nil, "custom resource kinds without a namespace")
+	c.Flags().StringToStringVar(&nsLabels, "namespace-labels", nil, "labels of --namespace, when the manifests do not hold the Namespace (policies and shared sequences select namespaces by them)")
 	return c
 }
 

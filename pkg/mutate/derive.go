@@ -15,8 +15,9 @@ import (
 // Derive applies to a JSON object exactly what admission would stamp on it at CREATE (waves,
 // wavegate's annotations, pod-template identity), without scheduling gates or finalizers: those
 // belong to the live object, not to Git. It is the same code path as admission, so `wavegate
-// render` writes byte-for-byte the annotations the webhook adds.
-func Derive(raw []byte, gk schema.GroupKind, namespace string, idx *policy.Index) ([]byte, []string, error) {
+// render` writes byte-for-byte the annotations the webhook adds, given the labels the namespace
+// has (policies and shared sequences select namespaces by them).
+func Derive(raw []byte, gk schema.GroupKind, namespace string, namespaceLabels map[string]string, idx *policy.Index) ([]byte, []string, error) {
 	v, err := fastjson.ParseBytes(raw)
 	if err != nil {
 		return nil, nil, err
@@ -25,7 +26,7 @@ func Derive(raw []byte, gk schema.GroupKind, namespace string, idx *policy.Index
 	if err != nil {
 		return nil, nil, err
 	}
-	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace}, idx)
+	resp := Mutate(obj, Request{GroupKind: gk, Namespace: namespace, NamespaceLabels: namespaceLabels}, idx)
 	if !resp.Allowed {
 		return nil, nil, errors.New(resp.Result.Message)
 	}

@@ -6,11 +6,14 @@ package render
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -36,6 +39,9 @@ type Options struct {
 	ClusterScopedKinds []string
 	// Policies are WavePolicies to derive with, besides those in the stream itself.
 	Policies []wavev1.WavePolicy
+	// NamespaceLabels are the labels of namespaces that are not in the stream (a Namespace in the
+	// stream brings its own), for policies and shared sequences that select namespaces.
+	NamespaceLabels map[string]map[string]string
 	// Warnings receives admission's warnings.
 	Warnings io.Writer
 }
@@ -58,6 +64,8 @@ func Render(in io.Reader, out io.Writer, o Options) error {
 		}
 	}
 	idx := policy.Compile(policies)
+	nsLabels := namespaceLabels(docs, o.NamespaceLabels)
+	unknown := map[string]bool{}
 	cluster := map[string]bool{}
 	for k, v := range clusterScoped {
 		cluster[k] = v
@@ -75,7 +83,17 @@ func Render(in io.Reader, out io.Writer, o Options) error {
 			}
 			ns = o.Namespace
 		}
-		derived, warnings, err := mutate.Derive(d.json, d.gk, ns, idx)
+		labels, known := nsLabels[ns]
+		if ns != "" && !known {
+			// The API server labels every namespace with its name.
+			labels = map[string]string{corev1.LabelMetadataName: ns}
+			if idx.NeedsNamespaceLabels() && !unknown[ns] && o.Warnings != nil {
+				unknown[ns] = true
+				fmt.Fprintf(o.Warnings, "Warning: namespace %s is not in the manifests: policies and shared sequences that select namespaces by label "+
+					"see only %s=%s (add the Namespace to the manifests, or pass --namespace-labels)\n", ns, corev1.LabelMetadataName, ns)
+			}
+		}
+		derived, warnings, err := mutate.Derive(d.json, d.gk, ns, labels, idx)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", d.kind, d.name, err)
 		}
@@ -87,6 +105,36 @@ func Render(in io.Reader, out io.Writer, o Options) error {
 		docs[i].json = derived
 	}
 	return write(out, docs, list)
+}
+
+// namespaceLabels returns the labels of the stream's Namespaces, then those given, each with the
+// name label the API server sets.
+func namespaceLabels(docs []doc, given map[string]map[string]string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for ns, l := range given {
+		out[ns] = maps.Clone(l)
+	}
+	for _, d := range docs {
+		if d.kind != "Namespace" || d.gk.Group != "" {
+			continue
+		}
+		var n struct {
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(d.json, &n); err == nil {
+			out[d.name] = n.Metadata.Labels
+		}
+	}
+	for ns, l := range out {
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[corev1.LabelMetadataName] = ns
+		out[ns] = l
+	}
+	return out
 }
 
 type doc struct {

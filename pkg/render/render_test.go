@@ -66,3 +66,56 @@ func TestRenderIsIdempotent(t *testing.T) {
 		t.Errorf("rendering rendered output changed it (-once,+twice):\n%s", diff)
 	}
 }
+
+// TestRenderSeesNamespaceLabels: policies select namespaces by label, as admission sees them. A
+// Namespace in the stream brings its labels (and its name label, which the API server sets), and
+// labels can be given for one that is not; without either, render warns that it sees only the
+// name. It used to see no labels at all, so a scoped policy never applied.
+func TestRenderSeesNamespaceLabels(t *testing.T) {
+	policy := `apiVersion: wavegate.io/v1alpha1
+kind: WavePolicy
+metadata: {name: team-a}
+spec:
+  namespaceSelector: {matchLabels: {team: a}}
+  groups: [{name: db, order: 4}]
+---
+apiVersion: wavegate.io/v1alpha1
+kind: WavePolicy
+metadata: {name: by-name}
+spec:
+  namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: named}}
+  groups: [{name: cache, order: 6}]
+---
+`
+	cm := func(ns, group string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: " + ns + ", labels: {wavegate.io/group: " + group + "}}\n---\n"
+	}
+	cases := map[string]struct {
+		in      string
+		o       Options
+		want    string
+		warning string
+	}{
+		"a Namespace in the stream": {in: policy + "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {team: a}}\n---\n" + cm("shop", "db"),
+			want: `argocd.argoproj.io/sync-wave: "400"`},
+		"labels given": {in: policy + cm("shop", "db"), o: Options{NamespaceLabels: map[string]map[string]string{"shop": {"team": "a"}}},
+			want: `argocd.argoproj.io/sync-wave: "400"`},
+		"only the name label": {in: policy + cm("named", "cache"), want: `argocd.argoproj.io/sync-wave: "600"`,
+			warning: "namespace named is not in the manifests"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, warnings bytes.Buffer
+			tc.o.Warnings = &warnings
+			if err := Render(strings.NewReader(tc.in), &out, tc.o); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+			}
+			if got := warnings.String(); tc.warning == "" && got != "" || !strings.Contains(got, tc.warning) {
+				t.Errorf("warnings %q, want %q", got, tc.warning)
+			}
+		})
+	}
+}
