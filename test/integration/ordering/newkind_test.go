@@ -35,7 +35,15 @@ func TestNewKindHoldsTheGroupsAfterIt(t *testing.T) {
 		},
 	}
 	g.Expect(env.Client.Create(ctx, crd)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), crd) })
+	t.Cleanup(func() {
+		// The CRD's deletion holds the sequences too: the next test starts once the hold is over.
+		_ = env.Client.Delete(context.Background(), crd)
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(crd), crd)).NotTo(Succeed())
+			g.Expect(mgr.Wavegate.Members.HasSynced()).To(BeTrue())
+			g.Consistently(mgr.Wavegate.Members.HasSynced).WithTimeout(time.Second).Should(BeTrue())
+		}).WithTimeout(timeout).Should(Succeed())
+	})
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)).To(Succeed())
 		established := false
