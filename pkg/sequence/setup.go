@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -56,6 +57,9 @@ func (s *trackerSource) start(_ context.Context, q workqueue.TypedRateLimitingIn
 	s.mu.Unlock()
 	return nil
 }
+
+// sequenceWorkers is how many sequences are reconciled at once.
+const sequenceWorkers = 4
 
 // SetupWithManager registers the controller. Besides member changes from the tracker it watches
 // wait Jobs, gated pods and its own Sequence objects; a policy change reconciles every sequence.
@@ -106,6 +110,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.
 		Named("sequence").
+		// Sequences are independent (a key is never reconciled twice at once, and what passes share
+		// is locked): one whose pass is slow (a consistent read of many objects, a hundred gate
+		// removals, a LIST that hangs until its timeout) does not hold every other tenant's
+		// boundaries behind it.
+		WithOptions(controller.Options{MaxConcurrentReconciles: sequenceWorkers}).
 		WatchesRawSource(source.TypedFunc[reconcile.Request](src.start)).
 		Watches(&batchv1.Job{}, bySequenceLabel).
 		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPods)).
