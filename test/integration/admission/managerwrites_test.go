@@ -63,6 +63,23 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	plain := waitJob(ns, "batch", waiter)
 	plain.Labels = nil
 	g.Expect(mgr.Create(ctx, plain)).To(MatchError(ContainSubstring("only wait Jobs")))
+	// A wait Job is no way to a Secret's content.
+	secret := corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "db-password"}}
+	for name, change := range map[string]func(*corev1.PodSpec){
+		"secret-volume": func(s *corev1.PodSpec) { s.Volumes = []corev1.Volume{{Name: "s", VolumeSource: secret}} },
+		"env-from-secret": func(s *corev1.PodSpec) {
+			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}
+		},
+		"env-secret-key": func(s *corev1.PodSpec) {
+			s.Containers[0].Env = []corev1.EnvVar{{Name: "P", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
+		},
+		"init-container": func(s *corev1.PodSpec) { s.InitContainers = []corev1.Container{{Name: "i", Image: "busybox"}} },
+	} {
+		j := waitJob(ns, "wavegate-wait-"+name, waiter)
+		change(&j.Spec.Template.Spec)
+		g.Expect(mgr.Create(ctx, j)).To(MatchError(ContainSubstring("mount no volume, read no Secret")), name)
+	}
 
 	g.Expect(mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: ns}})).
 		To(MatchError(ContainSubstring("serviceaccounts only named wavegate-waiter, not admin")))
