@@ -253,7 +253,7 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 	if err != nil {
 		return fmt.Errorf("watching CRDs: %w", err)
 	}
-	changed, served := make(chan struct{}, 1), make(chan struct{}, 1)
+	changed, served, respec := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)
 	notify := func(c chan struct{}) {
 		select {
 		case c <- struct{}{}:
@@ -269,7 +269,7 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 		UpdateFunc: func(o, n any) {
 			notify(changed)
 			if om, ok := o.(metav1.Object); !ok || om.GetGeneration() != n.(metav1.Object).GetGeneration() {
-				notify(served)
+				notify(respec)
 			}
 		},
 		DeleteFunc: func(any) { notify(changed); notify(served) },
@@ -278,23 +278,36 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 	}
 	var again, holdMax <-chan time.Time
 	holding := false
+	// maxedOut is when a hold last ran into crdHoldMax: CRD specs that keep changing (two
+	// controllers rewriting one's conversion caBundle, say) hold nothing for crdCooldown after it;
+	// a CRD created or deleted always holds.
+	var maxedOut time.Time
+	hold := func() {
+		if !holding {
+			holding, holdMax = true, time.After(crdHoldMax)
+			tracker.KindsChanging(true)
+		}
+		again = time.After(crdSettle)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			tracker.KindsChanging(false)
 			return nil
 		case <-served:
-			if !holding {
-				holding, holdMax = true, time.After(crdHoldMax)
-				tracker.KindsChanging(true)
+			hold()
+		case <-respec:
+			if time.Since(maxedOut) < crdCooldown {
+				again = time.After(crdSettle)
+				break
 			}
-			again = time.After(crdSettle)
+			hold()
 		case <-changed:
 			again = time.After(crdSettle)
 		case <-again:
 			again = nil
 		case <-holdMax:
-			holdMax = nil
+			holdMax, maxedOut = nil, time.Now()
 		}
 		if tracker.Discovered() { // else the first discovery is still running and will see it
 			if err := perms.Refresh(ctx); err != nil {
@@ -318,8 +331,9 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 // can lag behind the CRD's Established condition), and so how long the sequences are held after
 // the last change; crdHoldMax bounds a hold.
 const (
-	crdSettle  = 2 * time.Second
-	crdHoldMax = 10 * time.Second
+	crdSettle   = 2 * time.Second
+	crdHoldMax  = 10 * time.Second
+	crdCooldown = time.Minute
 )
 
 func newTracker(mgr ctrl.Manager, store *policy.Store) (*members.Tracker, error) {

@@ -147,7 +147,10 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	ops := setEntries(nil, "/metadata/annotations", have, want)
 
 	if tpl := obj.Template; tpl != nil {
-		tops, tw := templateOps(tpl, resolve.TemplateLabels(res, obj.Labels))
+		// Only a member in its own right has its template's stale identity removed: an object its
+		// controller made (a CronJob's Job) takes its labels from the controller's template, not
+		// from what the controller itself carries.
+		tops, tw := templateOps(tpl, resolve.TemplateLabels(res, obj.Labels), obj.Controller == "")
 		if len(tops) > 0 && req.TemplateFixed {
 			// The API server would refuse the whole update (spec.template: field is immutable), and
 			// every later one: the Job keeps its template, and its pods the labels they have.
@@ -262,7 +265,7 @@ func release(obj *partialObject, req Request, idx *policy.Index) []jsonpatch.Ope
 // from resolve.TemplateLabels) and the warnings they come with. wavegate's identity labels that the
 // owner no longer carries (its sequence, its group order) are removed: left in the template, they
 // would put its new pods in another sequence, or make them fail to resolve and start ungated.
-func templateOps(tpl *podTemplate, labels map[string]string) ([]jsonpatch.Operation, []string) {
+func templateOps(tpl *podTemplate, labels map[string]string, stale bool) ([]jsonpatch.Operation, []string) {
 	if !tpl.HasMetadata {
 		return []jsonpatch.Operation{jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels})}, nil
 	}
@@ -272,7 +275,7 @@ func templateOps(tpl *podTemplate, labels map[string]string) ([]jsonpatch.Operat
 		if _, ok := tpl.Labels[k]; !ok {
 			continue
 		}
-		if _, ok := labels[k]; ok {
+		if _, ok := labels[k]; ok || !stale && k != keys.AdmittedLabel {
 			continue
 		}
 		ops = append(ops, jsonpatch.NewOperation("remove", patch.Pointer(tpl.Path+"/metadata/labels", k), nil))
@@ -280,7 +283,12 @@ func templateOps(tpl *podTemplate, labels map[string]string) ([]jsonpatch.Operat
 			// A pod created with it would skip the webhook, and with it the gate.
 			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits, and a pod created with it would not be gated",
 				dottedPointer(tpl.Path), keys.AdmittedLabel))
+			continue
 		}
+		// Said, so that a manifest that sets it on the template (an apply tool showing drift) is
+		// fixed where it is written.
+		warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; the object itself does not carry it, and its pods must join "+
+			"the sequence and group order the object does (set it on the object's own labels to keep it)", dottedPointer(tpl.Path), k))
 	}
 	return ops, warnings
 }

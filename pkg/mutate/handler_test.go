@@ -208,6 +208,28 @@ func TestMutate(t *testing.T) {
 			want: observed{
 				Annotations:    with(resolved("shop", "database", "1", "100"), keys.ArgoCDSyncWaveAnnotation, "100"),
 				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "database"},
+				Warnings: []string{
+					"spec.template.metadata.labels[wavegate.io/sequence]: removed; the object itself does not carry it, and its pods must join " +
+						"the sequence and group order the object does (set it on the object's own labels to keep it)",
+					"spec.template.metadata.labels[wavegate.io/group-order]: removed; the object itself does not carry it, and its pods must join " +
+						"the sequence and group order the object does (set it on the object's own labels to keep it)",
+				},
+			},
+		},
+		// A CronJob's Job takes its labels from the CronJob's jobTemplate, its pod template from the
+		// CronJob's: the Job does not carry the sequence its pods were stamped with.
+		"a controller's object keeps its template's identity": {
+			obj: &batchv1.Job{ObjectMeta: func() metav1.ObjectMeta {
+				m := meta(map[string]string{"app.kubernetes.io/component": "database"}, nil)
+				m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "cron", Controller: ptr.To(true)}}
+				return m
+			}(), Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{keys.GroupLabel: "database", keys.SequenceLabel: "shop.batch"}},
+				Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever}}}},
+			gk: jobGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "database", "1", "100"), keys.ArgoCDSyncWaveAnnotation, "100"),
+				TemplateLabels: map[string]string{keys.GroupLabel: "database", keys.SequenceLabel: "shop.batch"},
 			},
 		},
 		"cronjob template": {

@@ -179,7 +179,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Nothing joins a sequence without a name: what carries a group label and names none (a
 		// cluster-scoped object without wavegate.io/sequence, a label set to "") is no member, and
 		// has no Sequence to report on it (its name would be invalid, and the write failed on every
-		// retry). Teardown has released any finalizer it carried, and strangers' gates went above.
+		// retry). Teardown has released the finalizer of such an object that is being deleted (a
+		// live one keeps it until its labels resolve again, or it is deleted), and strangers' gates
+		// went above.
 		if len(errs) > 0 {
 			return ctrl.Result{}, errors.Join(errs...)
 		}

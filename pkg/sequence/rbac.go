@@ -189,7 +189,10 @@ func (r *RBACReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, errors.Join(applyErr, err)
 	}
 	if applyErr != nil {
-		return ctrl.Result{}, applyErr // retried with back-off; resume starts held Jobs after ResumeAnywayAfter
+		// Retried with back-off; resume starts held Jobs after ResumeAnywayAfter. What nothing needs
+		// is pruned all the same: one namespace's failure (an object in the way that wavegate did not
+		// make, which only its owner can remove) must not keep every other namespace's leftovers.
+		return ctrl.Result{}, errors.Join(applyErr, r.prune(ctx, d.want))
 	}
 	return ctrl.Result{RequeueAfter: again}, r.prune(ctx, d.want)
 }

@@ -182,7 +182,14 @@ func TestBadInputIsDeniedNamingTheFieldAndTheFix(t *testing.T) {
 		g.Expect(env.Client.Create(ctx, decl)).To(Succeed())
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, decl) })
 		g.Eventually(func() error { return env.Client.Create(ctx, cr) }).WithTimeout(10 * time.Second).Should(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(ctx, cr) })
+		t.Cleanup(func() {
+			// Gone before the next test: its teardown finalizer's release is a write the next
+			// tests' webhook counts would see.
+			_ = env.Client.Delete(ctx, cr)
+			NewWithT(t).Eventually(func() bool {
+				return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cr), &rbacv1.ClusterRole{}))
+			}).WithTimeout(30*time.Second).Should(BeTrue(), "the ClusterRole was not released")
+		})
 		g.Expect(cr.Annotations).To(Equal(resolvedAnnotations(ns, "known-"+ns, "4", "400")))
 	})
 }

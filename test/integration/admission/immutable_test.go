@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
@@ -54,7 +55,7 @@ func TestImmutableTemplatesAreNotStamped(t *testing.T) {
 		running.Labels[keys.GroupLabel] = "migrations"
 		g.Expect(c.Patch(ctx, running, p)).To(Succeed())
 		g.Expect(running.Annotations).To(HaveKeyWithValue(keys.ResolvedGroupAnnotation, "migrations"))
-	}).Should(Succeed())
+	}).WithTimeout(10 * time.Second).Should(Succeed())
 	g.Expect(running.Spec.Template.Labels).NotTo(HaveKey(keys.GroupLabel))
 	g.Expect(w.all()).To(ContainElement(ContainSubstring(`spec.template.metadata.labels: not stamped with group "migrations"`)))
 

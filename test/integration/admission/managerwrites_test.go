@@ -74,12 +74,23 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 			s.Containers[0].Env = []corev1.EnvVar{{Name: "P", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "db"}, Key: "password"}}}}
 		},
-		"init-container": func(s *corev1.PodSpec) { s.InitContainers = []corev1.Container{{Name: "i", Image: "busybox"}} },
+		"projected-secret": func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}}}}}
+		},
+		"init-container-secret": func(s *corev1.PodSpec) {
+			s.InitContainers = []corev1.Container{{Name: "i", Image: "busybox",
+				EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "db"}}}}}}
+		},
 	} {
 		j := waitJob(ns, "wavegate-wait-"+name, waiter)
 		change(&j.Spec.Template.Spec)
-		g.Expect(mgr.Create(ctx, j)).To(MatchError(ContainSubstring("mount no volume, read no Secret")), name)
+		g.Expect(mgr.Create(ctx, j)).To(MatchError(ContainSubstring("read no Secret")), name)
 	}
+	// Volumes that hold no Secret (a cluster's mutating policy may add them) are left alone.
+	scratch := waitJob(ns, "wavegate-wait-scratch", waiter)
+	scratch.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	g.Expect(mgr.Create(ctx, scratch)).To(Succeed())
 
 	g.Expect(mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: ns}})).
 		To(MatchError(ContainSubstring("serviceaccounts only named wavegate-waiter, not admin")))

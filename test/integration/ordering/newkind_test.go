@@ -55,7 +55,7 @@ func TestNewKindHoldsTheGroupsAfterIt(t *testing.T) {
 
 	// The templates: the web's pod first (as Helm orders kinds), the database's resource after it.
 	web := barePod(t, ns, "web", member("web", 2))
-	g.Consistently(func(g Gomega) bool { return gated(g, web) }).WithTimeout(time.Second).Should(BeTrue(),
+	g.Consistently(func(g Gomega) bool { return gated(g, web) }).WithTimeout(500*time.Millisecond).Should(BeTrue(),
 		"the web was released while the new kind was not tracked yet")
 	db := &unstructured.Unstructured{}
 	db.SetAPIVersion("newkind.example.com/v1")
