@@ -53,7 +53,7 @@ type WavePolicySpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:XValidation:rule="self != 'wavegate.io/group-order' && self != 'wavegate.io/order' && self != 'wavegate.io/sequence'",message="groupLabel must not be one of wavegate's other labels"
-	// +kubebuilder:validation:XValidation:rule="!format.qualifiedName().validate(self).hasValue()",message="groupLabel must be a label key: an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.'"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')",message="groupLabel must be a label key: an optional DNS subdomain prefix and '/', then a name of at most 63 alphanumerics, '-', '_' or '.'"
 	GroupLabel string `json:"groupLabel,omitempty"`
 
 	// Groups maps group names to their order. Lower orders come first on creation and last on teardown.
