@@ -15,6 +15,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
+// selfManagedOnFakes returns a SelfManaged on a fake clientset holding one mutating webhook
+// configuration ("hook"), writing into a temporary directory, on the clock *now.
+func selfManagedOnFakes(t *testing.T, validity time.Duration, now *time.Time) (*SelfManaged, *fake.Clientset, string) {
+	t.Helper()
+	hook := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "a.wavegate.io"}}}
+	cs := fake.NewClientset(hook)
+	dir := t.TempDir()
+	s := &SelfManaged{Client: cs, Namespace: "wavegate-system", Secret: "certs", CertDir: dir, IPs: []net.IP{net.ParseIP("127.0.0.1")},
+		MutatingWebhooks: []string{"hook"}, Validity: validity, Now: func() time.Time { return *now }}
+	return s, cs, dir
+}
+
 // TestNewCATrustedBeforeItSigns: when the CA is renewed, the serving certificate keeps being the one
 // signed by the previous CA until the new CA has been in every webhook configuration's caBundle
 // for trustGrace; only then is a certificate signed by the new CA written where the webhook serves
@@ -24,12 +37,7 @@ func TestNewCATrustedBeforeItSigns(t *testing.T) {
 	ctx := context.Background()
 	const validity = time.Hour
 	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
-	hook := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "a.wavegate.io"}}}
-	cs := fake.NewClientset(hook)
-	dir := t.TempDir()
-	s := &SelfManaged{Client: cs, Namespace: "wavegate-system", Secret: "certs", CertDir: dir, IPs: []net.IP{net.ParseIP("127.0.0.1")},
-		MutatingWebhooks: []string{"hook"}, Validity: validity, Now: func() time.Time { return now }}
+	s, cs, dir := selfManagedOnFakes(t, validity, &now)
 	served := func() *x509.Certificate {
 		t.Helper()
 		b, err := os.ReadFile(filepath.Join(dir, certKey))
@@ -116,12 +124,7 @@ func TestRenewalDoesNotWaitForAMissingConfiguration(t *testing.T) {
 	ctx := context.Background()
 	const validity = time.Hour
 	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
-	hook := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "hook"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "a.wavegate.io"}}}
-	cs := fake.NewClientset(hook)
-	dir := t.TempDir()
-	s := &SelfManaged{Client: cs, Namespace: "wavegate-system", Secret: "certs", CertDir: dir, IPs: []net.IP{net.ParseIP("127.0.0.1")},
-		MutatingWebhooks: []string{"hook"}, Validity: validity, Now: func() time.Time { return now }}
+	s, _, dir := selfManagedOnFakes(t, validity, &now)
 	if err := s.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
