@@ -309,13 +309,17 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 		case <-holdMax:
 			holdMax, maxedOut = nil, time.Now()
 		}
-		if tracker.Discovered() { // else the first discovery is still running and will see it
+		if tracker.Discovered() {
 			if err := perms.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
 			}
 			if err := tracker.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
 			}
+		} else if again == nil {
+			// The first discovery is still running, and may have read discovery before this CRD was
+			// served: refresh once it is done, and hold until then.
+			again = time.After(crdSettle)
 		}
 		// The hold ends with the refresh made crdSettle after the CRDs' last change (the new CRD's
 		// Established condition, say), or after crdHoldMax whatever they do: CRDs that keep changing
