@@ -276,56 +276,41 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 	}); err != nil {
 		return err
 	}
-	var again, holdMax <-chan time.Time
-	holding := false
-	// maxedOut is when a hold last ran into crdHoldMax: CRD specs that keep changing (two
-	// controllers rewriting one's conversion caBundle, say) hold nothing for crdCooldown after it;
-	// a CRD created or deleted always holds.
-	var maxedOut time.Time
-	hold := func() {
-		if !holding {
-			holding, holdMax = true, time.After(crdHoldMax)
-			tracker.KindsChanging(true)
-		}
-		again = time.After(crdSettle)
-	}
+	var h crdHold
 	for {
+		var timer <-chan time.Time
+		if t := h.next(); !t.IsZero() {
+			timer = time.After(time.Until(t))
+		}
+		var ev crdEvent
 		select {
 		case <-ctx.Done():
 			tracker.KindsChanging(false)
 			return nil
 		case <-served:
-			hold()
+			ev = crdServed
 		case <-respec:
-			if time.Since(maxedOut) < crdCooldown {
-				again = time.After(crdSettle)
-				break
-			}
-			hold()
+			ev = crdRespec
 		case <-changed:
-			again = time.After(crdSettle)
-		case <-again:
-			again = nil
-		case <-holdMax:
-			holdMax, maxedOut = nil, time.Now()
+			ev = crdChanged
+		case <-timer:
+			ev = crdTimer
 		}
+		if h.on(ev, time.Now()) {
+			tracker.KindsChanging(true)
+		}
+		refreshed := false
 		if tracker.Discovered() {
 			if err := perms.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
 			}
 			if err := tracker.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
+			} else {
+				refreshed = true
 			}
-		} else if again == nil {
-			// The first discovery is still running, and may have read discovery before this CRD was
-			// served: refresh once it is done, and hold until then.
-			again = time.After(crdSettle)
 		}
-		// The hold ends with the refresh made crdSettle after the CRDs' last change (the new CRD's
-		// Established condition, say), or after crdHoldMax whatever they do: CRDs that keep changing
-		// (a controller rewriting one's status) must not hold the sequences for good.
-		if holding && (again == nil || holdMax == nil) {
-			holding, holdMax = false, nil
+		if h.settled(refreshed, time.Now()) {
 			tracker.KindsChanging(false)
 		}
 	}

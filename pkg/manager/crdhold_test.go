@@ -1,0 +1,110 @@
+package manager
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCRDHold(t *testing.T) {
+	type step struct {
+		at time.Duration
+		ev crdEvent
+	}
+	every := func(from, to, d time.Duration, ev crdEvent) []step {
+		var out []step
+		for at := from; at <= to; at += d {
+			out = append(out, step{at, ev})
+		}
+		return out
+	}
+	cat := func(parts ...[]step) []step {
+		var out []step
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		// refreshesFrom is when refreshes are first made and succeed (the first discovery is done,
+		// discovery answers).
+		refreshesFrom time.Duration
+		// want is when the sequences were held and released.
+		want []string
+	}{{
+		name:  "a CRD created and Established a moment later holds until a refresh after its last change",
+		steps: []step{{0, crdServed}, {0, crdChanged}, {time.Second, crdChanged}},
+		want:  []string{"hold 0s", "release 3s"},
+	}, {
+		name:  "a CRD deleted holds",
+		steps: []step{{5 * time.Second, crdServed}},
+		want:  []string{"hold 5s", "release 7s"},
+	}, {
+		name:  "status changes alone hold nothing",
+		steps: every(0, 20*time.Second, time.Second, crdChanged),
+	}, {
+		name:  "a spec change holds",
+		steps: []step{{0, crdRespec}, {0, crdChanged}},
+		want:  []string{"hold 0s", "release 2s"},
+	}, {
+		name: "specs that keep changing hold for crdHoldMax, then nothing for crdCooldown, then again",
+		steps: cat(every(0, 15*time.Second, time.Second, crdRespec),
+			[]step{{69 * time.Second, crdRespec}, {71 * time.Second, crdRespec}}),
+		want: []string{"hold 0s", "release 10s", "hold 1m11s", "release 1m13s"},
+	}, {
+		name: "a CRD created during the cool-down still holds",
+		steps: cat(every(0, 12*time.Second, time.Second, crdRespec),
+			[]step{{20 * time.Second, crdServed}, {21 * time.Second, crdRespec}}),
+		want: []string{"hold 0s", "release 10s", "hold 20s", "release 23s"},
+	}, {
+		name:          "a hold waits for a refresh after the first discovery",
+		steps:         []step{{0, crdServed}},
+		refreshesFrom: 5 * time.Second,
+		want:          []string{"hold 0s", "release 6s"},
+	}, {
+		name:          "a hold waits for a refresh that succeeds",
+		steps:         []step{{0, crdServed}, {time.Second, crdChanged}},
+		refreshesFrom: 4 * time.Second,
+		want:          []string{"hold 0s", "release 5s"},
+	}, {
+		name:          "a hold that runs into crdHoldMax ends without the first discovery",
+		steps:         []step{{0, crdServed}},
+		refreshesFrom: time.Hour,
+		want:          []string{"hold 0s", "release 10s"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+			var h crdHold
+			var got []string
+			// handle is one turn of refreshOnCRDs' loop.
+			handle := func(ev crdEvent, now time.Time) {
+				if h.on(ev, now) {
+					got = append(got, fmt.Sprint("hold ", now.Sub(t0)))
+				}
+				if h.settled(now.Sub(t0) >= tc.refreshesFrom, now) {
+					got = append(got, fmt.Sprint("release ", now.Sub(t0)))
+				}
+			}
+			timersUntil := func(end time.Time) {
+				for n := h.next(); !n.IsZero() && !n.After(end); n = h.next() {
+					handle(crdTimer, n)
+				}
+			}
+			for _, s := range tc.steps {
+				timersUntil(t0.Add(s.at))
+				handle(s.ev, t0.Add(s.at))
+			}
+			timersUntil(t0.Add(2 * time.Hour))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("holds (-want +got):\n%s", diff)
+			}
+			if !h.next().IsZero() {
+				t.Errorf("a timer is left at %s", h.next().Sub(t0))
+			}
+		})
+	}
+}
