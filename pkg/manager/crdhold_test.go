@@ -1,11 +1,18 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestCRDHold(t *testing.T) {
@@ -104,6 +111,42 @@ func TestCRDHold(t *testing.T) {
 			}
 			if !h.next().IsZero() {
 				t.Errorf("a timer is left at %s", h.next().Sub(t0))
+			}
+		})
+	}
+}
+
+func TestUnservedCRD(t *testing.T) {
+	crd := func(name string, age time.Duration, deleting bool) *metav1.PartialObjectMetadata {
+		o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Now().Add(-age))}}
+		o.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		if deleting {
+			o.DeletionTimestamp = ptr.To(metav1.Now())
+			o.Finalizers = []string{"customresourcecleanup.apiextensions.k8s.io"}
+		}
+		return o
+	}
+	served := map[schema.GroupResource]bool{{Group: "example.com", Resource: "widgets"}: true}
+	serves := func(gr schema.GroupResource) bool { return served[gr] }
+	for _, tc := range []struct {
+		name string
+		crds []client.Object
+		want string
+	}{
+		{name: "every CRD served", crds: []client.Object{crd("widgets.example.com", time.Second, false)}},
+		{name: "a new CRD not served yet", crds: []client.Object{crd("widgets.example.com", time.Second, false), crd("gadgets.example.com", time.Second, false)},
+			want: "gadgets.example.com"},
+		{name: "an old CRD never served is not waited for", crds: []client.Object{crd("gadgets.example.com", time.Hour, false)}},
+		{name: "a CRD being deleted is not waited for", crds: []client.Object{crd("gadgets.example.com", time.Second, true)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(tc.crds...).Build()
+			got, err := unservedCRD(context.Background(), c, serves)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("unservedCRD = %q, want %q", got, tc.want)
 			}
 		})
 	}

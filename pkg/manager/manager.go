@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -306,6 +307,10 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 			}
 			if err := tracker.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Refreshing tracked kinds after a CRD change")
+			} else if crd, err := unservedCRD(ctx, mgr.GetCache(), tracker.Serves); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Listing CRDs after a refresh of the tracked kinds")
+			} else if crd != "" {
+				ctrl.LoggerFrom(ctx).V(1).Info("A CRD is not served by discovery yet", "crd", crd)
 			} else {
 				refreshed = true
 			}
@@ -314,6 +319,27 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 			tracker.KindsChanging(false)
 		}
 	}
+}
+
+// unservedCRD returns the name of a CRD created in the last minute whose resource the tracker's
+// last refresh did not find in discovery ("" when there is none): discovery serves a new CRD a
+// moment after it is Established, and a refresh made before then does not track its kind. A new
+// CRD that is never served (its names conflict with another's) holds the sequences for crdHoldMax
+// at most; older ones are not looked at.
+func unservedCRD(ctx context.Context, c client.Reader, serves func(schema.GroupResource) bool) (string, error) {
+	crds := &metav1.PartialObjectMetadataList{}
+	crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinitionList"))
+	if err := c.List(ctx, crds); err != nil {
+		return "", fmt.Errorf("listing CRDs: %w", err)
+	}
+	for _, crd := range crds.Items {
+		// A CRD's name is its plural and its group: "widgets.example.com".
+		resource, group, _ := strings.Cut(crd.Name, ".")
+		if crd.DeletionTimestamp == nil && time.Since(crd.CreationTimestamp.Time) < crdCooldown && !serves(schema.GroupResource{Group: group, Resource: resource}) {
+			return crd.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // crdSettle is how long after a CRD change discovery is given to serve what it serves (discovery

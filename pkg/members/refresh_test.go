@@ -142,3 +142,34 @@ func (t *Tracker) trackedLabels() []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// TestServes: a resource discovery serves is known to the tracker whether or not the manager may
+// watch it; one discovery does not serve (a CRD not Established yet) is not.
+func TestServes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &Tracker{
+		Dynamic: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}),
+		Discovery: preferredResources{FakeDiscovery: &discoveryfake.FakeDiscovery{Fake: &clienttesting.Fake{}},
+			lists: []*metav1.APIResourceList{
+				{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"list", "watch"}}}},
+				{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: []string{"list", "watch"}}}},
+			}},
+		CanWatch:    func(group, _ string) bool { return group == "" },
+		GroupLabels: func() []string { return []string{keys.GroupLabel} },
+		informers:   map[informerKey]*tracked{},
+	}
+	if err := tr.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for gr, want := range map[schema.GroupResource]bool{
+		{Resource: "configmaps"}:                    true,
+		{Group: "example.com", Resource: "widgets"}: true,
+		{Group: "example.com", Resource: "gadgets"}: false,
+	} {
+		if got := tr.Serves(gr); got != want {
+			t.Errorf("Serves(%s) = %v, want %v", gr, got, want)
+		}
+	}
+}

@@ -877,6 +877,22 @@ func (t *Tracker) WhyUnavailable(resources []schema.GroupResource) map[schema.Gr
 	return out
 }
 
+// Serves reports whether the last Refresh found a resource served by discovery: tracked, or served
+// to a manager that may not list and watch it.
+func (t *Tracker) Serves(gr schema.GroupResource) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.unwatchable[gr] {
+		return true
+	}
+	for gvr := range t.kinds {
+		if gvr.GroupResource() == gr {
+			return true
+		}
+	}
+	return false
+}
+
 // Discovered reports whether the tracker's first Refresh since Start has completed: from then on,
 // Refresh may be called from elsewhere (a new CRD).
 func (t *Tracker) Discovered() bool {
