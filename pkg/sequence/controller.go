@@ -94,6 +94,7 @@ type Reconciler struct {
 	statusWrites statusWrites
 	emitted      emittedEvents
 	settling     settling
+	refusals     refusals
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -157,7 +158,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := Plan(seq, ms, idx, jobStates(jobs, succeeded), r.Namespace)
+	refused := r.refusals.of(seq, prev, jobs)
+	fresh.refused = refused
+	plan := planRefused(seq, ms, idx, jobStates(jobs, succeeded), r.Namespace, refused, r.now())
+	r.refusals.keepOnly(seq, plan)
 	open := map[string]bool{}
 	for _, g := range plan {
 		open[g.Name] = g.Open
@@ -250,19 +254,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if r.Tracker.Generation() != view {
 			return errViewChanged
 		}
-		again, err = r.writeStatus(ctx, seq, plan, gated, td, inversions, held, prev)
+		again, err = r.writeStatus(ctx, seq, plan, refused, gated, td, inversions, held, prev)
 		return err
 	})
 	released := goStep("removing scheduling gates", func() error { return r.release(ctx, gated) })
-	armLater, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
+	armLater, refusedJobs, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
 	if err != nil {
 		errs = append(errs, err)
-		var refused *refusedJobError
-		if errors.As(err, &refused) && prev.UID != "" {
-			// Said where a user looks, not only in the manager's log: the group waits for its
-			// wait Job, whose absence also keeps its timeout from counting.
+	}
+	for _, refused := range refusedJobs {
+		// Not an error to retry at once: a policy or a quota refuses it, and it is asked for again
+		// every refusalRetry. Said where a user looks, not only in the manager's log.
+		if prev.UID != "" {
 			r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonWaitJobRefused, "Order",
-				"group %s cannot open: %v; allow wavegate's wait Jobs (label %s) in the policies or quotas that refuse them", refused.group, refused.err, keys.WaitJobLabel)
+				"group %s cannot open: %v; allow wavegate's wait Jobs (label %s) in the policies or quotas that refuse them; "+
+					"meanwhile the group's timeout counts from the first refusal", refused.group, refused.err, keys.WaitJobLabel)
+		}
+		armLater = minPositive(armLater, refusalRetry)
+	}
+	for _, g := range plan {
+		if since, ok := refused[jobKey(g)]; ok && g.JobRefused && g.JobState == JobMissing {
+			// The group times out at since + its timeout: a pass then.
+			armLater = minPositive(armLater, max(since.Add(g.Timeout).Sub(r.now()), time.Millisecond))
 		}
 	}
 	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
@@ -302,6 +315,7 @@ func (r *Reconciler) forget(seq string) {
 	r.statusWrites.forget(seq)
 	r.emitted.forget(seq)
 	r.settling.forget(seq)
+	r.refusals.forget(seq)
 }
 
 // goStep runs one step of a reconcile beside the others. A panic in it would not reach
@@ -356,7 +370,9 @@ var errViewChanged = errors.New("the tracked members changed while the pass ran 
 func startJobs(plan []*Group) []*Group {
 	var out []*Group
 	for _, g := range plan {
-		if g.JobName != "" && g.JobState == JobMissing && (g.Open || g.Prestart) {
+		// A group timed out for want of its Job (planRefused) still asks for it, unless that released
+		// it: a group released on its timeout stays released, as with a Job that timed out.
+		if g.JobName != "" && (g.JobState == JobMissing || g.JobRefused && !g.Released) && (g.Open || g.Prestart) {
 			out = append(out, g)
 		}
 	}
@@ -421,7 +437,7 @@ func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 // clock later (armDeadline counts from the arming); a restarted manager, which remembers no
 // creation, arms at once. A Job this pass creates is armed by it when the pass has made that read
 // and the read opened its group.
-func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, error) {
+func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, []*refusedJobError, error) {
 	byKey := jobsByKey(jobs)
 	now := r.now()
 	var later time.Duration
@@ -466,10 +482,14 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		defer mu.Unlock()
 		err = errors.Join(err, e)
 	}
+	refused := make([]*refusedJobError, len(starts))
 	var wg sync.WaitGroup
 	for i, g := range starts {
 		wg.Go(func() {
 			j, cerr := r.createJob(ctx, seq, g)
+			if errors.As(cerr, &refused[i]) {
+				return
+			}
 			if cerr != nil || j == nil {
 				fail(cerr)
 				return
@@ -487,7 +507,33 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		wg.Go(func() { fail(r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
 	}
 	wg.Wait()
-	return later, err
+	// A refusal starts the group's clock only once the group is open on the consistent read (a
+	// lagging cache may show it open early).
+	var out []*refusedJobError
+	for i, g := range starts {
+		if refused[i] == nil {
+			continue
+		}
+		out = append(out, refused[i])
+		open := armStarted[i]
+		if !open && g.Open {
+			var oerr error
+			open, oerr = gate.Open(g.Name)
+			err = errors.Join(err, oerr)
+		}
+		if open {
+			r.refusals.note(seq, jobKey(g), now)
+		}
+	}
+	return later, out, err
+}
+
+// minPositive is the smaller of a and b, a being unset when zero.
+func minPositive(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
 }
 
 // armingGrace is how long a Job this manager created waits for a pass that reads anyway to arm it.

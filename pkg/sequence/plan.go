@@ -96,6 +96,8 @@ type Group struct {
 	// JobNamespace and JobName name the wait Job of the current revision.
 	JobNamespace, JobName string
 	JobState              JobState
+	// JobRefused: the group is open and the API server refuses its wait Job (see planRefused).
+	JobRefused bool
 }
 
 // JobStates looks up the state of a wait Job by namespace and name.

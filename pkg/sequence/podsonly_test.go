@@ -307,7 +307,7 @@ func TestWriteStatusReportsPodsOfGroupsWithoutMembers(t *testing.T) {
 			}
 			return JobMissing
 		}, "wavegate-system")
-		if _, err := r.writeStatus(ctx, seq, plan, st.u, &teardown.Result{}, nil, hold{}, prev); err != nil {
+		if _, err := r.writeStatus(ctx, seq, plan, nil, st.u, &teardown.Result{}, nil, hold{}, prev); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
 		cur := &wavev1.Sequence{}

@@ -31,7 +31,7 @@ import (
 // would otherwise cost a write per reconcile, on the API server that is creating and releasing
 // those pods. It returns when to reconcile again to write such a status. settle is what the settle holds
 // the groups closed for (its Changing is zero when it does not).
-func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, u *ungated, td *teardown.Result, inversions []Inversion, settle hold, prev *wavev1.Sequence) (time.Duration, error) {
+func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group, refused map[string]time.Time, u *ungated, td *teardown.Result, inversions []Inversion, settle hold, prev *wavev1.Sequence) (time.Duration, error) {
 	seqObj := prev
 	if prev.Name == "" {
 		seqObj = &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq)}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -52,7 +52,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
 			Terminating: td.Terminating[g.Name], Held: td.Held[g.Name], Resources: td.Resources[g.Name]}
 		if g.JobName != "" && g.JobState != JobMissing {
-			gs.WaitJob = g.JobNamespace + "/" + g.JobName
+			gs.WaitJob = jobKey(g)
+		}
+		if since, ok := refused[jobKey(g)]; ok && g.JobRefused {
+			gs.WaitJob, gs.WaitJobRefusedSince = jobKey(g), &metav1.Time{Time: since}
 		}
 		if g.Open {
 			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name], u.templates[g.Name])

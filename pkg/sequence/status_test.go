@@ -92,7 +92,7 @@ func TestWriteStatusCoalescesCounts(t *testing.T) {
 		plan := []*Group{{Name: "web", Phase: st.phase, Members: []Member{m}}}
 		u := &ungated{gated: map[string]int32{"web": st.gated}}
 		before := writes
-		again, err := r.writeStatus(ctx, "shop", plan, u, &teardown.Result{}, nil, hold{Changing: st.changing, Settle: membershipSettle}, prev)
+		again, err := r.writeStatus(ctx, "shop", plan, nil, u, &teardown.Result{}, nil, hold{Changing: st.changing, Settle: membershipSettle}, prev)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}

@@ -105,6 +105,8 @@ type freshView struct {
 	unavailable map[schema.GroupVersionResource]string
 	// positions remembers podGroup per pod for the reconcile.
 	positions map[types.UID]podGroup
+	// refused are the sequence's refused wait Jobs (see planRefused), as the cache's plan had them.
+	refused map[string]time.Time
 }
 
 // podGroup tells where a gated pod's group stands when no tracked member has it (a bare pod, a
@@ -186,7 +188,7 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 	if err != nil {
 		return openness{}, err
 	}
-	return openGroups(Plan(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace)), nil
+	return openGroups(planRefused(f.seq, ms, f.idx, jobStates(jobs, succeeded), f.r.Namespace, f.refused, f.r.now())), nil
 }
 
 // ungate decides which gated pods of the sequence to release, through the opener: a lagging cache

@@ -190,7 +190,7 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		later, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, td)
+		later, _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, td)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 		t.Fatalf("plan: %+v, %+v; want db open with its Job running, web prestarted", plan[0], plan[1])
 	}
 	gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
-	if _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
+	if _, _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.List(ctx, &jobs); err != nil {

@@ -45,6 +45,11 @@ type GroupStatus struct {
 	// WaitJob is the wait Job of the current revision, as namespace/name.
 	// +optional
 	WaitJob string `json:"waitJob,omitempty"`
+	// WaitJobRefusedSince is when the API server first refused to create the wait Job of the
+	// current revision (WaitJob) while the group was open: with no Job, the group's timeout counts
+	// from then.
+	// +optional
+	WaitJobRefusedSince *metav1.Time `json:"waitJobRefusedSince,omitempty"`
 	// Terminating counts objects of this group that are being deleted.
 	// +optional
 	Terminating int32 `json:"terminating,omitempty"`

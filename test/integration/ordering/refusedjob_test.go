@@ -8,15 +8,16 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // TestRefusedWaitJobIsReported: a policy engine (here a ValidatingAdmissionPolicy) that refuses
-// wavegate's wait Jobs in a namespace keeps its groups from opening, and the group's timeout from
-// counting. The manager says so with a Warning Event on the Sequence that names the refusal and the
+// wavegate's wait Jobs in a namespace keeps its groups from opening. The manager says so with a Warning Event on the Sequence that names the refusal and the
 // fix, not only in its log.
 func TestRefusedWaitJobIsReported(t *testing.T) {
 	g := NewWithT(t)
@@ -42,4 +43,50 @@ func TestRefusedWaitJobIsReported(t *testing.T) {
 		return msgs
 	}).WithTimeout(30 * time.Second).Should(ContainElement(And(ContainSubstring("group db cannot open"),
 		ContainSubstring("test: jobs need resource limits"), ContainSubstring("allow wavegate's wait Jobs"))))
+}
+
+// TestRefusedWaitJobTimesOut: a group whose wait Job is refused still has its timeout, counted from
+// the first refusal while it was open, and its policy's onTimeout applies: with Release, the later
+// group's pods go once it has passed, and the Sequence says since when the Job is refused.
+func TestRefusedWaitJobTimesOut(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	db, web := "db-"+ns, "web-"+ns
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "refused-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: db, Order: 1, Timeout: &metav1.Duration{Duration: 3 * time.Second}, OnTimeout: wavev1.OnTimeoutRelease},
+			{Name: web, Order: 2}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+	denyByPolicy(t, "test-deny-db-wait-jobs-"+ns, "batch", []string{"jobs"},
+		"object.metadata.namespace != '"+ns+"' || !has(object.metadata.labels) || !('"+keys.WaitJobLabel+"' in object.metadata.labels) || object.metadata.labels['"+keys.WaitGroupLabel+"'] != '"+db+"'",
+		"test: no wait Jobs for the database",
+		func() error {
+			return env.Client.Create(ctx, job(ns, "probe", map[string]string{keys.WaitJobLabel: "true", keys.WaitGroupLabel: db}), client.DryRunAll)
+		})
+	g.Eventually(func() error {
+		return env.Client.Create(ctx, deployment(ns, "db", map[string]string{keys.GroupLabel: db}))
+	}).WithTimeout(timeout).Should(Succeed())
+	webDeploy := deployment(ns, "web", map[string]string{keys.GroupLabel: web})
+	g.Expect(env.Client.Create(ctx, webDeploy)).To(Succeed())
+	webPod := podOf(t, webDeploy, webDeploy.Spec.Template, "pod-template-hash", "w1")
+
+	// Refused, and counting: the web waits.
+	var since time.Time
+	g.Eventually(func(g Gomega) {
+		st := sequenceStatus(g, ns).Status.Groups
+		g.Expect(st).NotTo(BeEmpty())
+		g.Expect(st[0].Name).To(Equal(db))
+		g.Expect(st[0].WaitJobRefusedSince).NotTo(BeNil())
+		g.Expect(st[0].Message).To(ContainSubstring("its wait Job is refused"))
+		since = st[0].WaitJobRefusedSince.Time
+	}).WithTimeout(timeout).Should(Succeed())
+	g.Expect(gated(g, webPod)).To(BeTrue(), "the web was released while the database's timeout ran")
+	// Past the timeout the database is TimedOut, released anyway, and the web goes: not before.
+	eventuallyUngated(t, webPod)
+	g.Expect(time.Now()).To(BeTemporally(">=", since.Add(3*time.Second)), "the web was released before the database's timeout")
+	st := sequenceStatus(g, ns).Status.Groups[0]
+	g.Expect(st.Phase).To(Equal(wavev1.GroupTimedOut))
+	g.Expect(st.Message).To(ContainSubstring("released anyway"))
 }

@@ -1,0 +1,153 @@
+package sequence
+
+// Refused wait Jobs: a group whose wait Job the API server refuses (a policy engine, an exhausted
+// ResourceQuota) has no Job whose deadline counts its timeout. Its clock is kept here and in the
+// Sequence's status instead.
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+// refusalRetry is how often a refused wait Job is asked for again.
+const refusalRetry = 10 * time.Second
+
+// refusals remembers, per sequence, since when the API server has refused the wait Jobs
+// ("namespace/name") of open groups. The Sequence's status keeps it across restarts
+// (GroupStatus.WaitJobRefusedSince); this memory covers the pass between the first refusal and the
+// status written after it (a manager restarted in between starts the clock at the next refusal,
+// which errs long).
+type refusals struct {
+	mu   sync.Mutex
+	seen map[string]map[string]time.Time
+}
+
+// note records that a sequence's wait Job was refused at a time, keeping the first. The time is
+// rounded up to the second, as the status keeps it: a restarted manager's clock must not start
+// earlier than this one's.
+func (r *refusals) note(seq, job string, at time.Time) {
+	if t := at.Truncate(time.Second); !t.Equal(at) {
+		at = t.Add(time.Second)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]map[string]time.Time{}
+	}
+	if r.seen[seq] == nil {
+		r.seen[seq] = map[string]time.Time{}
+	}
+	if t, ok := r.seen[seq][job]; !ok || at.Before(t) {
+		r.seen[seq][job] = at
+	}
+}
+
+// of returns since when each of a sequence's wait Jobs that does not exist has been refused: from
+// its status and from memory, the earlier.
+func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map[string]time.Time {
+	exists := jobsByKey(jobs)
+	out := map[string]time.Time{}
+	add := func(job string, at time.Time) {
+		if _, ok := exists[job]; ok {
+			return
+		}
+		if t, ok := out[job]; !ok || at.Before(t) {
+			out[job] = at
+		}
+	}
+	for _, g := range prev.Status.Groups {
+		if g.WaitJobRefusedSince != nil && g.WaitJob != "" {
+			add(g.WaitJob, g.WaitJobRefusedSince.Time)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for job, at := range r.seen[seq] {
+		add(job, at)
+	}
+	return out
+}
+
+// keepOnly forgets a sequence's refusals other than those of its plan's refused groups: a new
+// revision, a group no longer open (its clock starts again when it reopens), a Job created.
+func (r *refusals) keepOnly(seq string, plan []*Group) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for job := range r.seen[seq] {
+		if !refusedIn(plan, job) {
+			delete(r.seen[seq], job)
+		}
+	}
+	if len(r.seen[seq]) == 0 {
+		delete(r.seen, seq)
+	}
+}
+
+func refusedIn(plan []*Group, job string) bool {
+	for _, g := range plan {
+		if g.JobRefused && jobKey(g) == job {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *refusals) forget(seq string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, seq)
+}
+
+func jobKey(g *Group) string { return g.JobNamespace + "/" + g.JobName }
+
+// planRefused is Plan, where an open group whose wait Job the API server has refused since
+// refused[job] (and that has no Job) is JobRefused, and timed out once its timeout has passed
+// since: a group that cannot have its Job is not waited for longer than one that has it, and its
+// policy's onTimeout applies. Pure, like Plan: the controller runs it on its cache and on the
+// consistent read, with the same refusals.
+func planRefused(seq string, members []Member, idx *policy.Index, jobs JobStates, fallbackNamespace string, refused map[string]time.Time, now time.Time) []*Group {
+	plan := Plan(seq, members, idx, jobs, fallbackNamespace)
+	if len(refused) == 0 {
+		return plan
+	}
+	expired := map[string]bool{}
+	for _, g := range plan {
+		if since, ok := refused[jobKey(g)]; ok && g.Open && g.JobState == JobMissing {
+			expired[jobKey(g)] = !now.Before(since.Add(g.Timeout))
+		}
+	}
+	if len(expired) == 0 {
+		return plan
+	}
+	for _, timedOut := range expired {
+		if timedOut {
+			plan = Plan(seq, members, idx, func(namespace, name string) JobState {
+				if expired[namespace+"/"+name] {
+					return JobTimedOut
+				}
+				return jobs(namespace, name)
+			}, fallbackNamespace)
+			break
+		}
+	}
+	for _, g := range plan {
+		timedOut, ok := expired[jobKey(g)]
+		if !ok || !g.Open {
+			continue
+		}
+		g.JobRefused = true
+		if !timedOut {
+			g.Message += fmt.Sprintf("; its wait Job is refused (see the Sequence's %s Events), and its timeout counts from %s",
+				ReasonWaitJobRefused, refused[jobKey(g)].UTC().Format(time.RFC3339))
+		} else {
+			g.Message += "; its wait Job was refused"
+		}
+	}
+	return plan
+}

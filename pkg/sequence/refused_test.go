@@ -1,0 +1,65 @@
+package sequence
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+// TestPlanRefused: an open group whose wait Job the API server refuses times out once its timeout
+// has passed since the first refusal, and its policy's onTimeout applies; a refusal of a group that
+// is not open counts for nothing (its clock starts when it opens).
+func TestPlanRefused(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	members := func(onTimeout wavev1.OnTimeout) []Member {
+		db, web := m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1)
+		db.Resolution.Policy = &policy.Group{Name: "db", Order: 1, Timeout: time.Minute, OnTimeout: onTimeout}
+		return []Member{db, web}
+	}
+	jobOf := func(ms []Member, group string) string {
+		return "shop/" + JobName("shop", group, revision([]Member{byGroup(ms, group)}))
+	}
+	for name, tc := range map[string]struct {
+		onTimeout wavev1.OnTimeout
+		// refusedFor is how long ago the refused group's Job was first refused; group which one.
+		refusedFor time.Duration
+		group      string
+		want       []phase
+		wantJobRef []bool
+	}{
+		"within its timeout": {onTimeout: wavev1.OnTimeoutRelease, refusedFor: 59 * time.Second, group: "db",
+			want: []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, true}}, wantJobRef: []bool{true, false}},
+		"past its timeout, onTimeout Release": {onTimeout: wavev1.OnTimeoutRelease, refusedFor: time.Minute, group: "db",
+			want: []phase{{"db", wavev1.GroupTimedOut, true, true, false}, {"web", wavev1.GroupWaiting, true, false, false}}, wantJobRef: []bool{true, false}},
+		"past its timeout, onTimeout Block": {onTimeout: wavev1.OnTimeoutBlock, refusedFor: time.Hour, group: "db",
+			want: []phase{{"db", wavev1.GroupTimedOut, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}, wantJobRef: []bool{true, false}},
+		"a group that is not open": {onTimeout: wavev1.OnTimeoutRelease, refusedFor: time.Hour, group: "web",
+			want: []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, true}}, wantJobRef: []bool{false, false}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ms := members(tc.onTimeout)
+			refused := map[string]time.Time{jobOf(ms, tc.group): now.Add(-tc.refusedFor)}
+			plan := planRefused("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system", refused, now)
+			if diff := cmp.Diff(tc.want, phases(plan)); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+			var got []bool
+			for _, g := range plan {
+				got = append(got, g.JobRefused)
+			}
+			if diff := cmp.Diff(tc.wantJobRef, got); diff != "" {
+				t.Errorf("JobRefused (-want +got):\n%s", diff)
+			}
+			// A group timed out for want of its Job still asks for it, unless that released it.
+			starts := startJobs(plan)
+			wantStart := !plan[0].Released
+			if gotStart := len(starts) > 0 && starts[0].Name == "db"; gotStart != wantStart {
+				t.Errorf("db's Job asked for: %v, want %v", gotStart, wantStart)
+			}
+		})
+	}
+}
