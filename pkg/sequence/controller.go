@@ -268,7 +268,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if prev.UID != "" {
 			r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonWaitJobRefused, "Order",
 				"group %s cannot open: %v; allow wavegate's wait Jobs (label %s) in the policies or quotas that refuse them; "+
-					"meanwhile the group's timeout counts from the first refusal", refused.group, refused.err, keys.WaitJobLabel)
+					"while it is open, its timeout counts from the first refusal", refused.group, refused.err, keys.WaitJobLabel)
 		}
 		armLater = minPositive(armLater, refusalRetry)
 	}

@@ -22,10 +22,7 @@ import (
 	"wavegate.io/wavegate/pkg/sequence"
 )
 
-func sequenceSummary() string {
-	out, _ := exec.Command(kubectl, "get", "sequence", "shop", "-o", "jsonpath={.status.summary}").Output()
-	return string(out)
-}
+func sequenceSummary() string { return sequenceSummaryOf("shop") }
 
 // TestUpgradeOrderWithKubectl: with the app released, one command changes the database image and
 // the web image. The web's new pods (a new ReplicaSet) are scheduled only after the database's new
@@ -408,4 +405,95 @@ func expectAppGated(g Gomega, ns, why string) {
 	for _, p := range pods.Items {
 		g.Expect(gated(p)).To(BeTrue(), "app pod %s was released %s", p.Name, why)
 	}
+}
+
+// TestReadyAtTheDeadlineStaysReleased: a group that becomes ready a moment before its timeout is
+// released, whatever the real Job controller concludes. Its waiter marks its Job and exits 0, but the
+// controller hears of the exit at the kubelet's next PLEG relist (the pod runner's, up to a second
+// later) and batches pod updates for up to a second more; it checks the deadline before success,
+// so it may fail the Job with DeadlineExceeded although the group was ready. The group's member is
+// a LoadBalancer Service (ready once its status lists an ingress: a status write, no new
+// revision), made ready 700 ms before the wait Job's deadline.
+func TestReadyAtTheDeadlineStaysReleased(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const ns = "brink"
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: wavegate.io/v1alpha1
+kind: WavePolicy
+metadata: {name: brink}
+spec:
+  readiness: {loadBalancerIngress: true}
+  groups:
+  - {name: brink-lb, order: 1, timeout: 4s}
+  - {name: brink-web, order: 2}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: lb, namespace: %[1]s, labels: {wavegate.io/group: brink-lb}}
+spec:
+  type: LoadBalancer
+  selector: {app: lb}
+  ports: [{port: 80}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %[1]s, labels: {wavegate.io/group: brink-web}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: web:1}]
+`, ns)
+	path := writeTemp(t, manifest)
+	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", path).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run()
+		_ = exec.Command(kubectl, "delete", "wavepolicy", "brink", "--wait=false").Run()
+	})
+	// The wait Job armed and started: its deadline is its start plus activeDeadlineSeconds, as the
+	// Job controller counts it.
+	var job *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		jobs, err := cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: keys.WaitGroupLabel + "=brink-lb"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(jobs.Items).To(HaveLen(1))
+		job = &jobs.Items[0]
+		g.Expect(job.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+		g.Expect(job.Status.StartTime).NotTo(BeNil())
+	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
+	deadline := job.Status.StartTime.Add(time.Duration(*job.Spec.ActiveDeadlineSeconds) * time.Second)
+	g.Expect(time.Until(deadline)).To(BeNumerically(">", time.Second), "too late to aim at the deadline")
+	time.Sleep(time.Until(deadline.Add(-700 * time.Millisecond))) // aiming at an instant: no event to wait for
+	run(t, "patch", "service", "lb", "-n", ns, "--subresource=status", "--type=merge",
+		"-p", `{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}`)
+
+	waitSummary(t, ns, "brink-lb 1/1 Released")
+	g.Eventually(func(g Gomega) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			g.Expect(gated(p)).To(BeFalse())
+		}
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	// What the Job controller made of it, once it decided: either way the group stays released.
+	g.Eventually(func(g Gomega) sequence.JobState {
+		j, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		job = j
+		return sequence.StateOf(j)
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeElementOf(sequence.JobComplete, sequence.JobTimedOut))
+	t.Logf("the wait Job ended %v (waiter's mark %s, deadline %s)", job.Status.Conditions, job.Annotations[keys.WaiterReadyAnnotation], deadline.Format(time.RFC3339Nano))
+	g.Consistently(func() string { return sequenceSummaryOf(ns) }).WithTimeout(3 * time.Second).Should(ContainSubstring("brink-lb 1/1 Released"))
+}
+
+func sequenceSummaryOf(seq string) string {
+	out, _ := exec.Command(kubectl, "get", "sequence", seq, "-o", "jsonpath={.status.summary}").Output()
+	return string(out)
 }

@@ -132,10 +132,7 @@ func applyWidgetCRD(t *testing.T) {
 // waitSummary waits until the summary of sequence seq contains summary.
 func waitSummary(t *testing.T, seq, summary string) {
 	t.Helper()
-	NewWithT(t).Eventually(func() string {
-		out, _ := exec.Command(kubectl, "get", "sequence", seq, "-o", "jsonpath={.status.summary}").Output()
-		return string(out)
-	}).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(summary), "sequence %s", seq)
+	NewWithT(t).Eventually(func() string { return sequenceSummaryOf(seq) }).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(ContainSubstring(summary), "sequence %s", seq)
 }
 
 // deleteNamespaceTimed deletes a namespace with kubectl and waits until it is gone; it returns how
