@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -175,7 +176,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	namespaces.onOptIn = tracker.Rescope
 	// A policy's new group label is tracked at once: its members exist for the plan.
 	store.OnChange = tracker.Relabel
-	// A new CRD is a new kind whose objects may be members: rediscover at once.
+	// A new CRD is a new kind whose objects may be members, and a new grant a kind the manager may
+	// now watch: rediscover at once.
 	if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
 		return refreshOnCRDs(ctx, mgr, perms, tracker)
 	})); err != nil {
@@ -246,7 +248,8 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 
-// refreshOnCRDs refreshes the permission review and the tracked kinds whenever a CRD comes or goes.
+// refreshOnCRDs refreshes the permission review and the tracked kinds whenever a CRD comes or goes,
+// or a ClusterRole that grants the manager kinds changes.
 func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permissions, tracker *members.Tracker) error {
 	crds := &metav1.PartialObjectMetadata{}
 	crds.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
@@ -277,6 +280,25 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 	}); err != nil {
 		return err
 	}
+	// A ClusterRole labeled wavegate.io/aggregate-to-manager grants the manager the kinds of a user's
+	// custom resources: a new grant is reviewed at once and once more crdSettle later (the role
+	// aggregation controller updates the manager's role a moment after), not at the next periodic
+	// review, up to 30 s later, while the new kind's members are admitted as not ordered. Its own
+	// informer: the cache's ClusterRoles are only the waiters'.
+	md, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("watching the ClusterRoles that grant wavegate kinds: %w", err)
+	}
+	grants := metadatainformer.NewFilteredMetadataInformer(md, rbacv1.SchemeGroupVersion.WithResource("clusterroles"), "", 0, toolscache.Indexers{},
+		func(o *metav1.ListOptions) { o.LabelSelector = keys.AggregateToManagerLabel + "=true" }).Informer()
+	if _, err := grants.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify(changed) },
+		UpdateFunc: func(any, any) { notify(changed) },
+		DeleteFunc: func(any) { notify(changed) },
+	}); err != nil {
+		return err
+	}
+	go grants.RunWithContext(ctx)
 	var h crdHold
 	for {
 		var timer <-chan time.Time

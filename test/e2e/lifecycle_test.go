@@ -497,3 +497,93 @@ func sequenceSummaryOf(seq string) string {
 	out, _ := exec.Command(kubectl, "get", "sequence", seq, "-o", "jsonpath={.status.summary}").Output()
 	return string(out)
 }
+
+// TestGrantedKindIsOrderedWithinSeconds: a ClusterRole labeled wavegate.io/aggregate-to-manager that
+// grants wavegate a new custom resource kind is reviewed when it changes, not at the next periodic
+// review (every 30 s): within a few seconds admission stops warning that the kind's members are not
+// ordered, and a later group waits for such a member.
+func TestGrantedKindIsOrderedWithinSeconds(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const ns = "granted"
+	setup := writeTemp(t, fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: wavegate.io/v1alpha1
+kind: WavePolicy
+metadata: {name: granted}
+spec:
+  groups:
+  - {name: granted-gadget, order: 1}
+  - {name: granted-web, order: 2}
+`, ns))
+	grant := writeTemp(t, `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: wavegate-gadgets
+  labels: {wavegate.io/aggregate-to-manager: "true"}
+rules:
+- apiGroups: [example.com]
+  resources: [gadgets]
+  verbs: [get, list, watch, patch, delete]
+`)
+	gadget := writeTemp(t, fmt.Sprintf(`apiVersion: example.com/v1
+kind: Gadget
+metadata: {name: g, namespace: %s, labels: {wavegate.io/group: granted-gadget}}
+`, ns))
+	web := writeTemp(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %s, labels: {wavegate.io/group: granted-web}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: web:1}]
+`, ns))
+	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", setup).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
+	t.Cleanup(func() {
+		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run()
+		_ = exec.Command(kubectl, "delete", "-f", grant, "--wait=false").Run()
+		_ = exec.Command(kubectl, "delete", "-f", setup, "--wait=false").Run()
+	})
+	run(t, "wait", "--for", "condition=Established", "crd/gadgets.example.com", "--timeout=60s")
+	notOrdered := func() string {
+		out, err := exec.Command(kubectl, "create", "--dry-run=server", "-f", gadget).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+		return string(out)
+	}
+	g.Expect(notOrdered()).To(ContainSubstring("wavegate may not list and watch gadgets.example.com"))
+
+	run(t, "apply", "-f", grant)
+	granted := time.Now()
+	g.Eventually(notOrdered).WithTimeout(6*time.Second).WithPolling(200*time.Millisecond).
+		ShouldNot(ContainSubstring("may not list and watch"), "the grant was not reviewed within seconds")
+	t.Logf("admission saw the grant %s after it was applied", time.Since(granted).Round(100*time.Millisecond))
+	run(t, "apply", "-f", gadget)
+	run(t, "apply", "-f", web)
+	waitSummary(t, ns, "granted-gadget 0/1 Waiting")
+	g.Consistently(func(g Gomega) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range pods.Items {
+			g.Expect(gated(p)).To(BeTrue(), "the web was released before the gadget was ready")
+		}
+	}).WithTimeout(3 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
+}
