@@ -74,13 +74,25 @@ func (h *crdHold) on(ev crdEvent, now time.Time) (begins bool) {
 	return begins
 }
 
+// refresh is how the refresh after an event went.
+type refresh int
+
+const (
+	// refreshMade: the tracked kinds were refreshed, and discovery serves every new CRD.
+	refreshMade refresh = iota
+	// refreshPending: none was made, the first discovery still running (it may have read discovery
+	// before the CRD was served).
+	refreshPending
+	// refreshFailed: it failed, or discovery does not serve a new CRD yet.
+	refreshFailed
+)
+
 // settled follows the refresh that follows an event, and reports whether the hold ends with it:
-// with the refresh made crdSettle after the CRDs' last change, or at crdHoldMax. A refresh that was
-// not made (the first discovery still runs, and may have read discovery before the CRD was served)
-// or that failed (discovery errs while the API server installs a new CRD's handlers) ends nothing:
-// another is made crdSettle later, and the hold waits for it.
-func (h *crdHold) settled(refreshed bool, now time.Time) (ends bool) {
-	if !refreshed && h.again.IsZero() {
+// with the refresh made crdSettle after the CRDs' last change, or at crdHoldMax. A refresh not made
+// ends nothing, and another is made crdSettle later: after the first discovery always, after a
+// failure while a hold waits for it (otherwise the periodic refresh of the tracked kinds will do).
+func (h *crdHold) settled(r refresh, now time.Time) (ends bool) {
+	if h.again.IsZero() && (r == refreshPending || r == refreshFailed && h.holding && !h.holdMax.IsZero()) {
 		h.again = now.Add(crdSettle)
 	}
 	if h.holding && (h.again.IsZero() || h.holdMax.IsZero()) {

@@ -37,9 +37,8 @@ func TestCRDHold(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		steps []step
-		// refreshesFrom is when refreshes are first made and succeed (the first discovery is done,
-		// discovery answers).
-		refreshesFrom time.Duration
+		// discoveredAt is when the first discovery is done; refreshesFrom when refreshes succeed.
+		discoveredAt, refreshesFrom time.Duration
 		// want is when the sequences were held and released.
 		want []string
 	}{{
@@ -70,8 +69,13 @@ func TestCRDHold(t *testing.T) {
 	}, {
 		name:          "a hold waits for a refresh after the first discovery",
 		steps:         []step{{0, crdServed}},
+		discoveredAt:  5 * time.Second,
 		refreshesFrom: 5 * time.Second,
 		want:          []string{"hold 0s", "release 6s"},
+	}, {
+		name:         "a CRD status change while the first discovery runs is refreshed after it",
+		steps:        []step{{0, crdChanged}},
+		discoveredAt: 5 * time.Second,
 	}, {
 		name:          "a hold waits for a refresh that succeeds",
 		steps:         []step{{0, crdServed}, {time.Second, crdChanged}},
@@ -80,8 +84,18 @@ func TestCRDHold(t *testing.T) {
 	}, {
 		name:          "a hold that runs into crdHoldMax ends without the first discovery",
 		steps:         []step{{0, crdServed}},
+		discoveredAt:  time.Hour,
 		refreshesFrom: time.Hour,
 		want:          []string{"hold 0s", "release 10s"},
+	}, {
+		name:          "a hold that runs into crdHoldMax ends while refreshes fail, and they are not retried",
+		steps:         []step{{0, crdServed}},
+		refreshesFrom: time.Hour,
+		want:          []string{"hold 0s", "release 10s"},
+	}, {
+		name:          "a failed refresh without a hold is not retried",
+		steps:         []step{{0, crdChanged}},
+		refreshesFrom: time.Hour,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
@@ -92,7 +106,14 @@ func TestCRDHold(t *testing.T) {
 				if h.on(ev, now) {
 					got = append(got, fmt.Sprint("hold ", now.Sub(t0)))
 				}
-				if h.settled(now.Sub(t0) >= tc.refreshesFrom, now) {
+				r := refreshMade
+				switch {
+				case now.Sub(t0) < tc.discoveredAt:
+					r = refreshPending
+				case now.Sub(t0) < tc.refreshesFrom:
+					r = refreshFailed
+				}
+				if h.settled(r, now) {
 					got = append(got, fmt.Sprint("release ", now.Sub(t0)))
 				}
 			}

@@ -322,8 +322,9 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 		if h.on(ev, time.Now()) {
 			tracker.KindsChanging(true)
 		}
-		refreshed := false
+		refreshed := refreshPending
 		if tracker.Discovered() {
+			refreshed = refreshFailed
 			if err := perms.Refresh(ctx); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Reviewing permissions after a CRD change")
 			}
@@ -334,7 +335,7 @@ func refreshOnCRDs(ctx context.Context, mgr ctrl.Manager, perms *teardown.Permis
 			} else if crd != "" {
 				ctrl.LoggerFrom(ctx).V(1).Info("A CRD is not served by discovery yet", "crd", crd)
 			} else {
-				refreshed = true
+				refreshed = refreshMade
 			}
 		}
 		if h.settled(refreshed, time.Now()) {

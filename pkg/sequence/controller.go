@@ -265,6 +265,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, refused := range refusedJobs {
 		// Not an error to retry at once: a policy or a quota refuses it, and it is asked for again
 		// every refusalRetry. Said where a user looks, not only in the manager's log.
+		log.Info("Wait Job refused", "group", refused.group, "error", refused.err.Error())
 		if prev.UID != "" {
 			r.Recorder.Eventf(prev, nil, corev1.EventTypeWarning, ReasonWaitJobRefused, "Order",
 				"group %s cannot open: %v; allow wavegate's wait Jobs (label %s) in the policies or quotas that refuse them; "+
@@ -464,12 +465,12 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		return j != nil && j.DeletionTimestamp == nil && j.Spec.ActiveDeadlineSeconds != nil
 	})
 	starts := startJobs(plan)
-	armStarted := make([]bool, len(starts))
+	armStarted, armLater := make([]bool, len(starts)), make([]bool, len(starts))
 	for i, g := range starts {
 		if !g.Open || !gate.Read() {
-			if g.Open {
-				wait(armingGrace)
-			}
+			// Armed by a later pass, if its Job is created (a refused one is asked for again at
+			// refusalRetry, not by arming's quick passes).
+			armLater[i] = g.Open
 			continue
 		}
 		open, oerr := gate.Open(g.Name)
@@ -508,21 +509,30 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	}
 	wg.Wait()
 	// A refusal starts the group's clock only once the group is open on the consistent read (a
-	// lagging cache may show it open early).
+	// lagging cache may show it open early); a clock already running is not read for again. A new
+	// refusal brings a pass back within a second, which writes it into the status (where a restarted
+	// manager finds it) and, for a short timeout, times the group out.
 	var out []*refusedJobError
 	for i, g := range starts {
 		if refused[i] == nil {
+			if armLater[i] {
+				wait(armingGrace)
+			}
 			continue
 		}
 		out = append(out, refused[i])
+		if g.JobRefused || !g.Open {
+			continue
+		}
 		open := armStarted[i]
-		if !open && g.Open {
+		if !open {
 			var oerr error
 			open, oerr = gate.Open(g.Name)
 			err = errors.Join(err, oerr)
 		}
 		if open {
 			r.refusals.note(seq, jobKey(g), now)
+			wait(min(time.Second, g.Timeout))
 		}
 	}
 	return later, out, err

@@ -109,44 +109,43 @@ func jobKey(g *Group) string { return g.JobNamespace + "/" + g.JobName }
 // planRefused is Plan, where an open group whose wait Job the API server has refused since
 // refused[job] (and that has no Job) is JobRefused, and timed out once its timeout has passed
 // since: a group that cannot have its Job is not waited for longer than one that has it, and its
-// policy's onTimeout applies. Pure, like Plan: the controller runs it on its cache and on the
-// consistent read, with the same refusals.
+// policy's onTimeout applies. A group released so may open the next, whose Job may be refused too:
+// the plan is made again until no more groups time out. Pure, like Plan: the controller runs it on
+// its cache and on the consistent read, with the same refusals.
 func planRefused(seq string, members []Member, idx *policy.Index, jobs JobStates, fallbackNamespace string, refused map[string]time.Time, now time.Time) []*Group {
 	plan := Plan(seq, members, idx, jobs, fallbackNamespace)
 	if len(refused) == 0 {
 		return plan
 	}
-	expired := map[string]bool{}
-	for _, g := range plan {
-		if since, ok := refused[jobKey(g)]; ok && g.Open && g.JobState == JobMissing {
-			expired[jobKey(g)] = !now.Before(since.Add(g.Timeout))
+	timedOut := map[string]bool{}
+	states := func(namespace, name string) JobState {
+		if timedOut[namespace+"/"+name] {
+			return JobTimedOut
 		}
+		return jobs(namespace, name)
 	}
-	if len(expired) == 0 {
-		return plan
-	}
-	for _, timedOut := range expired {
-		if timedOut {
-			plan = Plan(seq, members, idx, func(namespace, name string) JobState {
-				if expired[namespace+"/"+name] {
-					return JobTimedOut
-				}
-				return jobs(namespace, name)
-			}, fallbackNamespace)
-			break
+	for more := true; more; {
+		more = false
+		for _, g := range plan {
+			if since, ok := refused[jobKey(g)]; ok && g.Open && g.JobState == JobMissing && !now.Before(since.Add(g.Timeout)) {
+				timedOut[jobKey(g)], more = true, true
+			}
+		}
+		if more {
+			plan = Plan(seq, members, idx, states, fallbackNamespace)
 		}
 	}
 	for _, g := range plan {
-		timedOut, ok := expired[jobKey(g)]
-		if !ok || !g.Open {
+		since, ok := refused[jobKey(g)]
+		if !ok || !g.Open || g.JobState != JobMissing && !timedOut[jobKey(g)] {
 			continue
 		}
 		g.JobRefused = true
-		if !timedOut {
-			g.Message += fmt.Sprintf("; its wait Job is refused (see the Sequence's %s Events), and its timeout counts from %s",
-				ReasonWaitJobRefused, refused[jobKey(g)].UTC().Format(time.RFC3339))
-		} else {
+		if timedOut[jobKey(g)] {
 			g.Message += "; its wait Job was refused"
+		} else {
+			g.Message += fmt.Sprintf("; its wait Job is refused (see the Sequence's %s Events), and its timeout counts from %s",
+				ReasonWaitJobRefused, since.UTC().Format(time.RFC3339))
 		}
 	}
 	return plan

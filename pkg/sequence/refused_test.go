@@ -63,3 +63,37 @@ func TestPlanRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanRefusedChain: every wait Job refused (a quota on Jobs, say). The first group times out and
+// releases the second, whose refusal counts from when it opened; once that has timed out too, the
+// third group opens.
+func TestPlanRefusedChain(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	ms := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1), m("api", 3, "shop", "api", 1)}
+	for i, g := range []string{"db", "web"} {
+		ms[i].Resolution.Policy = &policy.Group{Name: g, Order: int32(i + 1), Timeout: time.Minute, OnTimeout: wavev1.OnTimeoutRelease}
+	}
+	job := func(group string) string {
+		return "shop/" + JobName("shop", group, revision([]Member{byGroup(ms, group)}))
+	}
+	for name, tc := range map[string]struct {
+		webRefusedFor time.Duration
+		want          []phase
+	}{
+		"the second within its timeout": {webRefusedFor: 30 * time.Second, want: []phase{
+			{"db", wavev1.GroupTimedOut, true, true, false}, {"web", wavev1.GroupWaiting, true, false, false}, {"api", wavev1.GroupPending, false, false, true}}},
+		"both past their timeouts": {webRefusedFor: time.Minute, want: []phase{
+			{"db", wavev1.GroupTimedOut, true, true, false}, {"web", wavev1.GroupTimedOut, true, true, false}, {"api", wavev1.GroupWaiting, true, false, false}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			refused := map[string]time.Time{job("db"): now.Add(-2 * time.Minute), job("web"): now.Add(-tc.webRefusedFor)}
+			plan := planRefused("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system", refused, now)
+			if diff := cmp.Diff(tc.want, phases(plan)); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+			if !plan[1].JobRefused {
+				t.Errorf("web is not JobRefused: its refusal would be forgotten and its clock start again")
+			}
+		})
+	}
+}

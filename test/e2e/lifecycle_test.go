@@ -428,7 +428,7 @@ metadata: {name: brink}
 spec:
   readiness: {loadBalancerIngress: true}
   groups:
-  - {name: brink-lb, order: 1, timeout: 4s}
+  - {name: brink-lb, order: 1, timeout: 6s}
   - {name: brink-web, order: 2}
 ---
 apiVersion: v1
@@ -453,7 +453,7 @@ spec:
 	path := writeTemp(t, manifest)
 	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", path).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
 	t.Cleanup(func() {
-		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run()
+		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=false").Run()
 		_ = exec.Command(kubectl, "delete", "wavepolicy", "brink", "--wait=false").Run()
 	})
 	// The wait Job armed and started: its deadline is its start plus activeDeadlineSeconds, as the
@@ -473,6 +473,21 @@ spec:
 	run(t, "patch", "service", "lb", "-n", ns, "--subresource=status", "--type=merge",
 		"-p", `{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}`)
 
+	// What the Job controller made of it, once it decided.
+	g.Eventually(func(g Gomega) sequence.JobState {
+		j, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		job = j
+		return sequence.StateOf(j)
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeElementOf(sequence.JobComplete, sequence.JobTimedOut))
+	mark := job.Annotations[keys.WaiterReadyAnnotation]
+	t.Logf("the wait Job ended %v (waiter's mark %q, deadline %s)", job.Status.Conditions, mark, deadline.Format(time.RFC3339Nano))
+	if at, err := time.Parse(time.RFC3339Nano, mark); err != nil || !at.Before(deadline) {
+		// A machine too slow to mark the group ready before its deadline: the group timed out, as it
+		// should, and this run says nothing about the race.
+		t.Skipf("inconclusive: the waiter did not mark its Job before the deadline (mark %q)", mark)
+	}
+	// The group was ready in time: released, whether the Job Completed or failed DeadlineExceeded.
 	waitSummary(t, ns, "brink-lb 1/1 Released")
 	g.Eventually(func(g Gomega) {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
@@ -482,14 +497,6 @@ spec:
 			g.Expect(gated(p)).To(BeFalse())
 		}
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	// What the Job controller made of it, once it decided: either way the group stays released.
-	g.Eventually(func(g Gomega) sequence.JobState {
-		j, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		job = j
-		return sequence.StateOf(j)
-	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeElementOf(sequence.JobComplete, sequence.JobTimedOut))
-	t.Logf("the wait Job ended %v (waiter's mark %s, deadline %s)", job.Status.Conditions, job.Annotations[keys.WaiterReadyAnnotation], deadline.Format(time.RFC3339Nano))
 	g.Consistently(func() string { return sequenceSummaryOf(ns) }).WithTimeout(3 * time.Second).Should(ContainSubstring("brink-lb 1/1 Released"))
 }
 
@@ -559,6 +566,7 @@ spec:
 `, ns))
 	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", setup).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
 	t.Cleanup(func() {
+		// The namespace first: without the grant, wavegate could not release the Gadget's finalizer.
 		_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=90s").Run()
 		_ = exec.Command(kubectl, "delete", "-f", grant, "--wait=false").Run()
 		_ = exec.Command(kubectl, "delete", "-f", setup, "--wait=false").Run()
