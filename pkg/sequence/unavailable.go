@@ -87,8 +87,12 @@ func (r *Reconciler) frozen(ctx context.Context, prev *wavev1.Sequence, msg stri
 		log.V(1).Info("Still not planning the sequence: a kind of its members is unavailable")
 	}
 	meta.SetStatusCondition(&prev.Status.Conditions, cond)
+	// Nor what a plan would keep: whether a group with a refused wait Job stays open is not known
+	// while the sequence is frozen, so its clock starts again afterwards (it errs long).
+	r.refusals.forget(prev.Spec.Sequence)
 	for i := range prev.Status.Groups {
 		prev.Status.Groups[i].ClearedTemplates = nil
+		prev.Status.Groups[i].WaitJobRefusedSince = nil
 	}
 	if equality.Semantic.DeepEqual(before.Status, prev.Status) {
 		return ctrl.Result{RequeueAfter: unavailableRecheck}, nil
