@@ -1,10 +1,15 @@
 package sequence
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/policy"
@@ -95,5 +100,35 @@ func TestPlanRefusedChain(t *testing.T) {
 				t.Errorf("web is not JobRefused: its refusal would be forgotten and its clock start again")
 			}
 		})
+	}
+}
+
+// TestFrozenForgetsRefusals: while a sequence is frozen (a kind of its members unavailable) nothing
+// tells whether a group with a refused wait Job stays open, so its clock starts again afterwards:
+// the status and the memory forget when the refusal began.
+func TestFrozenForgetsRefusals(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := wavev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	since := metav1.NewTime(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	seq := &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName("shop")}, Spec: wavev1.SequenceSpec{Sequence: "shop"},
+		Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{{Name: "db", WaitJob: "shop/wait-db", WaitJobRefusedSince: &since}}}}
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).WithObjects(seq).Build()
+	r := &Reconciler{Client: c}
+	r.refusals.note("shop", "shop/wait-db", since.Time)
+	ctx := context.Background()
+	prev := &wavev1.Sequence{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(seq), prev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.frozen(ctx, prev, "a kind is unavailable"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(seq), prev); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.refusals.of("shop", prev, nil); len(got) != 0 {
+		t.Errorf("refusals after a frozen pass: %v, want none", got)
 	}
 }

@@ -260,17 +260,7 @@ kind: ConfigMap
 metadata: {name: a, namespace: %[1]s, labels: {wavegate.io/group: reclose-a}}
 ---
 %[2]s---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: c, namespace: %[1]s, labels: {wavegate.io/group: reclose-c}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: c}}
-  template:
-    metadata: {labels: {app: c}}
-    spec:
-      containers: [{name: c, image: c:1}]
-`, ns, exitJob("b", "reclose-b", "b-ready"))
+%[3]s`, ns, exitJob("b", "reclose-b", "b-ready"), oneReplicaDeployment(ns, "c", "reclose-c"))
 	path := writeTemp(t, base)
 	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", path).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
 	t.Cleanup(func() {
@@ -439,17 +429,7 @@ spec:
   selector: {app: lb}
   ports: [{port: 80}]
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: %[1]s, labels: {wavegate.io/group: brink-web}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: web, image: web:1}]
-`, ns)
+%[2]s`, ns, oneReplicaDeployment(ns, "web", "brink-web"))
 	path := writeTemp(t, manifest)
 	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", path).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
 	t.Cleanup(func() {
@@ -498,6 +478,21 @@ spec:
 		}
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Consistently(func() string { return sequenceSummaryOf(ns) }).WithTimeout(3 * time.Second).Should(ContainSubstring("brink-lb 1/1 Released"))
+}
+
+// oneReplicaDeployment is the manifest of a Deployment of one pod (labeled app=<name>) in a group.
+func oneReplicaDeployment(ns, name, group string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %[2]s, namespace: %[1]s, labels: {wavegate.io/group: %[3]s}}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: %[2]s}}
+  template:
+    metadata: {labels: {app: %[2]s}}
+    spec:
+      containers: [{name: %[2]s, image: %[2]s:1}]
+`, ns, name, group)
 }
 
 func sequenceSummaryOf(seq string) string {
@@ -553,17 +548,7 @@ rules:
 kind: Gadget
 metadata: {name: g, namespace: %s, labels: {wavegate.io/group: granted-gadget}}
 `, ns))
-	web := writeTemp(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: %s, labels: {wavegate.io/group: granted-web}}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: web, image: web:1}]
-`, ns))
+	web := writeTemp(t, oneReplicaDeployment(ns, "web", "granted-web"))
 	g.Eventually(func() error { return exec.Command(kubectl, "apply", "-f", setup).Run() }).WithTimeout(30 * time.Second).Should(Succeed())
 	t.Cleanup(func() {
 		// The namespace first: without the grant, wavegate could not release the Gadget's finalizer.
