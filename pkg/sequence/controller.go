@@ -283,16 +283,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
-	requeue := td.Requeue
-	for _, d := range []time.Duration{armLater, held.Recheck} {
-		if d > 0 && (requeue == 0 || d < requeue) {
-			requeue = d
-		}
-	}
+	requeue := minPositive(minPositive(td.Requeue, armLater), held.Recheck)
 	if err := <-status; err != nil {
 		errs = append(errs, err)
-	} else if again > 0 && (requeue == 0 || again < requeue) {
-		requeue = again
+	} else {
+		requeue = minPositive(requeue, again)
 	}
 	if err := <-released; err != nil {
 		errs = append(errs, err)
@@ -442,11 +437,7 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	byKey := jobsByKey(jobs)
 	now := r.now()
 	var later time.Duration
-	wait := func(d time.Duration) {
-		if later == 0 || d < later {
-			later = d
-		}
-	}
+	wait := func(d time.Duration) { later = minPositive(later, d) }
 	unarmed := func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
 		if j == nil || j.Spec.ActiveDeadlineSeconds != nil {
@@ -465,12 +456,12 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		return j != nil && j.DeletionTimestamp == nil && j.Spec.ActiveDeadlineSeconds != nil
 	})
 	starts := startJobs(plan)
-	armStarted, armLater := make([]bool, len(starts)), make([]bool, len(starts))
+	armStarted, armByALaterPass := make([]bool, len(starts)), make([]bool, len(starts))
 	for i, g := range starts {
 		if !g.Open || !gate.Read() {
 			// Armed by a later pass, if its Job is created (a refused one is asked for again at
 			// refusalRetry, not by arming's quick passes).
-			armLater[i] = g.Open
+			armByALaterPass[i] = g.Open
 			continue
 		}
 		open, oerr := gate.Open(g.Name)
@@ -515,7 +506,7 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	var out []*refusedJobError
 	for i, g := range starts {
 		if refused[i] == nil {
-			if armLater[i] {
+			if armByALaterPass[i] {
 				wait(armingGrace)
 			}
 			continue
@@ -538,9 +529,12 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	return later, out, err
 }
 
-// minPositive is the smaller of a and b, a being unset when zero.
+// minPositive is the sooner of two requeues, zero meaning none.
 func minPositive(a, b time.Duration) time.Duration {
-	if a == 0 || b < a {
+	switch {
+	case b <= 0:
+		return max(a, 0)
+	case a <= 0 || b < a:
 		return b
 	}
 	return a

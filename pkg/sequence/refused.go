@@ -6,6 +6,7 @@ package sequence
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,11 @@ func (r *refusals) note(seq, job string, at time.Time) {
 // of returns since when each of a sequence's wait Jobs that does not exist has been refused: from
 // its status and from memory, the earlier.
 func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.seen[seq]) == 0 && !slices.ContainsFunc(prev.Status.Groups, func(g wavev1.GroupStatus) bool { return g.WaitJobRefusedSince != nil }) {
+		return nil // nearly always: no pass pays for what no wait Job was refused
+	}
 	exists := jobsByKey(jobs)
 	out := map[string]time.Time{}
 	add := func(job string, at time.Time) {
@@ -66,8 +72,6 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 			add(g.WaitJob, g.WaitJobRefusedSince.Time)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for job, at := range r.seen[seq] {
 		add(job, at)
 	}

@@ -132,3 +132,14 @@ func TestFrozenForgetsRefusals(t *testing.T) {
 		t.Errorf("refusals after a frozen pass: %v, want none", got)
 	}
 }
+
+func TestMinPositive(t *testing.T) {
+	for _, tc := range []struct{ a, b, want time.Duration }{
+		{0, 0, 0}, {0, time.Second, time.Second}, {time.Second, 0, time.Second},
+		{time.Second, 2 * time.Second, time.Second}, {2 * time.Second, time.Second, time.Second}, {-time.Second, 0, 0},
+	} {
+		if got := minPositive(tc.a, tc.b); got != tc.want {
+			t.Errorf("minPositive(%s, %s) = %s, want %s", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -133,6 +133,16 @@ spec:
 
 func gated(p corev1.Pod) bool { return sequence.HasGate(&p) }
 
+// expectReleased checks that namespace ns has pods labeled app=<app>, and that none is gated.
+func expectReleased(g Gomega, ns, app string) {
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + app})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).NotTo(BeEmpty())
+	for _, p := range pods.Items {
+		g.Expect(gated(p)).To(BeFalse(), "pod %s is still gated", p.Name)
+	}
+}
+
 // TestEvictedWaiterIsReplaced: a group's waiter pod evicted while it waits (a node drain) is
 // replaced by the real Job controller without counting as a failure (the wait Job's pod failure
 // policy ignores DisruptionTarget), and the new waiter releases the next group once the group is
@@ -209,14 +219,7 @@ func testWaiterReplaced(t *testing.T, ns string, wantFailed int32, stop func(Gom
 		g.Expect(sequence.StateOf(j)).To(Equal(sequence.JobComplete))
 		g.Expect(j.Status.Failed).To(Equal(wantFailed), "failed waiter pods counted by the Job controller")
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	g.Eventually(func(g Gomega) {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=app"})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pods.Items).NotTo(BeEmpty())
-		for _, p := range pods.Items {
-			g.Expect(gated(p)).To(BeFalse())
-		}
-	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) { expectReleased(g, ns, "app") }).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
 // TestReclosedGroupTimesOutFromItsReopening: a group whose waiter was armed when it opened closes
@@ -312,12 +315,7 @@ metadata: {name: a, namespace: %[1]s, labels: {wavegate.io/group: reclose-a}}
 	g.Expect(os.WriteFile(filepath.Join(dir, "b-ready"), nil, 0o600)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(sequence.StateOf(waitJobOf(g, "reclose-b"))).To(Equal(sequence.JobComplete))
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=c"})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pods.Items).NotTo(BeEmpty())
-		for _, p := range pods.Items {
-			g.Expect(gated(p)).To(BeFalse())
-		}
+		expectReleased(g, ns, "c")
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 }
 
@@ -469,14 +467,7 @@ spec:
 	}
 	// The group was ready in time: released, whether the Job Completed or failed DeadlineExceeded.
 	waitSummary(t, ns, "brink-lb 1/1 Released")
-	g.Eventually(func(g Gomega) {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(pods.Items).NotTo(BeEmpty())
-		for _, p := range pods.Items {
-			g.Expect(gated(p)).To(BeFalse())
-		}
-	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) { expectReleased(g, ns, "web") }).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	g.Consistently(func() string { return sequenceSummaryOf(ns) }).WithTimeout(3 * time.Second).Should(ContainSubstring("brink-lb 1/1 Released"))
 }
 

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,4 +91,53 @@ func TestRefusedWaitJobTimesOut(t *testing.T) {
 	st := sequenceStatus(g, ns).Status.Groups[0]
 	g.Expect(st.Phase).To(Equal(wavev1.GroupTimedOut))
 	g.Expect(st.Message).To(ContainSubstring("released anyway"))
+}
+
+// TestRefusedWaitJobBlocksThenRuns: under onTimeout Block, a group timed out for want of its wait
+// Job keeps the later group gated and keeps asking for the Job; once the policy allows it, the Job
+// is created and armed with the group's timeout counted afresh, and the group is released when its
+// member is ready.
+func TestRefusedWaitJobBlocksThenRuns(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	db, web := "db-"+ns, "web-"+ns
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "blocked-" + ns}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: db, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}, OnTimeout: wavev1.OnTimeoutBlock},
+			{Name: web, Order: 2}}}}
+	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+	deny := "test-deny-blocked-wait-jobs-" + ns
+	denyByPolicy(t, deny, "batch", []string{"jobs"},
+		"object.metadata.namespace != '"+ns+"' || !has(object.metadata.labels) || !('"+keys.WaitJobLabel+"' in object.metadata.labels)",
+		"test: no wait Jobs here",
+		func() error {
+			return env.Client.Create(ctx, job(ns, "probe", map[string]string{keys.WaitJobLabel: "true"}), client.DryRunAll)
+		})
+	dbDeploy := deployment(ns, "db", map[string]string{keys.GroupLabel: db})
+	g.Eventually(func() error { return env.Client.Create(ctx, dbDeploy) }).WithTimeout(timeout).Should(Succeed())
+	webDeploy := deployment(ns, "web", map[string]string{keys.GroupLabel: web})
+	g.Expect(env.Client.Create(ctx, webDeploy)).To(Succeed())
+	webPod := podOf(t, webDeploy, webDeploy.Spec.Template, "pod-template-hash", "w1")
+
+	g.Eventually(groupPhase(ns, db)).WithTimeout(timeout).Should(Equal(wavev1.GroupTimedOut))
+	g.Expect(gated(g, webPod)).To(BeTrue(), "the web was released although the database's policy says Block")
+
+	// The policy engine allows wait Jobs again: the database's Job comes, armed from now.
+	g.Expect(env.Client.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: deny}})).To(Succeed())
+	allowed := time.Now()
+	var waitJob batchv1.Job
+	g.Eventually(func(g Gomega) {
+		var jobs batchv1.JobList
+		g.Expect(env.Client.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{keys.WaitJobLabel: "true", keys.WaitGroupLabel: db})).To(Succeed())
+		g.Expect(jobs.Items).To(HaveLen(1))
+		waitJob = jobs.Items[0]
+		g.Expect(waitJob.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
+	}).WithTimeout(30 * time.Second).Should(Succeed(), "the database's wait Job was not asked for again")
+	g.Expect(waitJob.CreationTimestamp.Time).To(BeTemporally(">=", allowed.Add(-time.Second).Truncate(time.Second)))
+	g.Eventually(groupPhase(ns, db)).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+	expectGated(t, webPod)
+	markDeploymentReady(t, dbDeploy)
+	eventuallyUngated(t, webPod)
 }
