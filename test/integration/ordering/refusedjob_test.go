@@ -134,7 +134,7 @@ func TestRefusedWaitJobBlocksThenRuns(t *testing.T) {
 		g.Expect(jobs.Items).To(HaveLen(1))
 		waitJob = jobs.Items[0]
 		g.Expect(waitJob.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
-	}).WithTimeout(30 * time.Second).Should(Succeed(), "the database's wait Job was not asked for again")
+	}).WithTimeout(30*time.Second).Should(Succeed(), "the database's wait Job was not asked for again")
 	g.Expect(waitJob.CreationTimestamp.Time).To(BeTemporally(">=", allowed.Add(-time.Second).Truncate(time.Second)))
 	g.Eventually(groupPhase(ns, db)).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
 	expectGated(t, webPod)
