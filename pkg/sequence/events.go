@@ -20,9 +20,12 @@ import (
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
-// emitEvents records an Event on up to ten members of each group whose phase or message changed
-// since the last Event about it: the message this manager last emitted for the group, or, after a
-// restart, the phase and message in the Sequence's status.
+// emitEvents records an Event on up to ten members of each group whose phase, status message or
+// blocking group changed since the last Event about it (what this manager last emitted for the
+// group, or, after a restart, the phase and message in the Sequence's status). A change of ready
+// counts alone sends none: the Event says them as they were, and the Sequence's status and the
+// wait Job's log follow them. An Event per count sent one per member that became ready, to up to
+// ten members of every later group: hundreds of Events for a group of a few dozen members.
 func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
 	if r.Recorder == nil {
 		return
@@ -40,7 +43,10 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 	var blocker *Group
 	for _, g := range plan {
 		msg := eventMessage(g, blocker)
-		sig := string(g.Phase) + "\x00" + msg
+		sig := string(g.Phase) + "\x00" + g.Message
+		if blocker != nil {
+			sig += "\x00" + blocker.Name
+		}
 		last, known := r.emitted.last(seq, g.Name)
 		old, inStatus := before[g.Name]
 		if known && last != sig || !known && (!inStatus || old.Message != g.Message || old.Phase != g.Phase) {

@@ -82,3 +82,62 @@ func TestEventsOncePerChange(t *testing.T) {
 		t.Errorf("a restarted manager sent %q", rec.got)
 	}
 }
+
+// TestEventsNotPerReadyCount: members becoming ready one by one send no Event each, on the group
+// nor on the groups that wait for it; a new blocking group does. An Event per count sent one per
+// ready member to up to ten members of every later group.
+func TestEventsNotPerReadyCount(t *testing.T) {
+	member := func(name string, ready bool) Member {
+		st := readiness.InProgress
+		if ready {
+			st = readiness.Ready
+		}
+		return Member{Name: name, Ready: &readiness.Result{Status: st}}
+	}
+	obj := func(group string) members.Object {
+		u := &unstructured.Unstructured{}
+		u.SetName(group)
+		u.SetNamespace("shop")
+		u.SetLabels(map[string]string{keys.GroupLabel: group})
+		return members.Object{Unstructured: u}
+	}
+	objs := []members.Object{obj("db"), obj("cache"), obj("web")}
+	// plan has db with ready of its three members ready; cache is released once db is.
+	plan := func(ready int, cacheReleased bool) []*Group {
+		db := &Group{Name: "db", Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
+		for i := range 3 {
+			db.Members = append(db.Members, member(fmt.Sprintf("db-%d", i), i < ready))
+		}
+		cache := &Group{Name: "cache", Members: []Member{member("cache", cacheReleased)}, Phase: wavev1.GroupPending, Message: "waiting for group db"}
+		web := &Group{Name: "web", Members: []Member{member("web", false)}, Phase: wavev1.GroupPending, Message: "waiting for group db"}
+		if ready == 3 {
+			db.Released, db.Phase, db.Message = true, wavev1.GroupReleased, "ready"
+			cache.Open, cache.Phase, cache.Message = true, wavev1.GroupWaiting, "waiting for its members to be ready"
+			web.Message = "waiting for group cache"
+		}
+		if cacheReleased {
+			cache.Released, cache.Phase, cache.Message = true, wavev1.GroupReleased, "ready"
+			web.Open, web.Phase, web.Message = true, wavev1.GroupWaiting, "waiting for its members to be ready"
+		}
+		return []*Group{db, cache, web}
+	}
+	rec := &recorded{}
+	r := &Reconciler{Recorder: rec}
+	for ready := range 4 {
+		r.emitEvents("shop", plan(ready, false), &wavev1.Sequence{}, objs)
+	}
+	r.emitEvents("shop", plan(3, true), &wavev1.Sequence{}, objs)
+	want := []string{
+		"WaitingForGroup: group db: waiting for its members to be ready (0/3 members ready)",
+		"WaitingForGroup: group cache waits for group db: 0/3 members ready",
+		"WaitingForGroup: group web waits for group db: 0/3 members ready",
+		"GroupReleased: group db: ready (3/3 members ready)",
+		"WaitingForGroup: group cache: waiting for its members to be ready (0/1 members ready)",
+		"WaitingForGroup: group web waits for group cache: 0/1 members ready",
+		"GroupReleased: group cache: ready (1/1 members ready)",
+		"WaitingForGroup: group web: waiting for its members to be ready (0/1 members ready)",
+	}
+	if d := cmp.Diff(want, rec.got); d != "" {
+		t.Errorf("Events (-want +got):\n%s", d)
+	}
+}
