@@ -230,8 +230,6 @@ type Tracker struct {
 	// kindsChanging: a CRD came or went a moment ago, and the kinds it serves may not be tracked
 	// yet (see KindsChanging).
 	kindsChanging bool
-
-	arrivals arrivals
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
@@ -577,11 +575,7 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		cache.SharedIndexInformerOptions{ObjectDescription: k.GVR.String(),
 			Indexers: cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 	tr.informer = inf
-	store := inf.GetIndexer()
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		t.arrived(store, obj)
-		return t.strip(obj)
-	})
+	_ = inf.SetTransform(t.strip)
 	// The reflector reports here what ended a list and watch.
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -603,17 +597,7 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 			}
 			notify(obj)
 		},
-		DeleteFunc: func(obj any) {
-			// A deletion, unlike an addition or a change, reaches the transform as the object the
-			// cache holds: it is dated here, once the cache has dropped it.
-			if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = o.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				t.arrivals.record(SequenceOf(u), time.Now())
-			}
-			notify(obj)
-		},
+		DeleteFunc: notify,
 	})
 	ictx, cancel := context.WithCancel(ctx)
 	tr.ctx, tr.cancel = ictx, cancel
@@ -733,75 +717,6 @@ func (t *Tracker) strip(obj any) (any, error) {
 		}
 	}
 	return obj, nil
-}
-
-// arrivals remembers, per sequence, when the tracker last received an event that may change its
-// members (ChangedAt).
-type arrivals struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-func (a *arrivals) record(seq string, at time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.at == nil {
-		a.at = map[string]time.Time{}
-	}
-	if at.After(a.at[seq]) {
-		a.at[seq] = at
-	}
-}
-
-// arrived dates the event that brings obj, before the cache holds it: an object the cache does not
-// hold yet, or one that changed in what makes it a member and puts it in a group (its UID,
-// generation, labels or deletion). A change of its status alone is not dated.
-func (t *Tracker) arrived(store cache.Store, obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return
-	}
-	now := time.Now()
-	if old, ok, _ := store.Get(u); ok {
-		if o, ok := old.(*unstructured.Unstructured); ok {
-			if sameMembership(o, u) {
-				return
-			}
-			if seq := SequenceOf(o); seq != SequenceOf(u) {
-				t.arrivals.record(seq, now)
-			}
-		}
-	}
-	t.arrivals.record(SequenceOf(u), now)
-}
-
-// sameMembership reports whether two states of an object leave its sequence's members as they
-// were: the same object, generation, labels and deletion.
-func sameMembership(a, b *unstructured.Unstructured) bool {
-	return a.GetUID() == b.GetUID() && a.GetGeneration() == b.GetGeneration() &&
-		maps.Equal(a.GetLabels(), b.GetLabels()) && (a.GetDeletionTimestamp() == nil) == (b.GetDeletionTimestamp() == nil)
-}
-
-// ChangedAt returns when the tracker last received an event that may have changed a sequence's
-// members (zero: none since ForgetChanges): an object added, deleted, or changed in generation,
-// labels or deletion. An addition or change is dated before the cache shows it, so a pass that
-// reads the members and then ChangedAt finds every change it sees dated no later than that.
-//
-// The settle (pkg/sequence) dates the changes it sees by it rather than by the pass that reads
-// them: a pass comes when the workqueue gets to the sequence, tens of milliseconds after the event
-// on a loaded machine, and the settle, which lasts three times the gap between an apply's changes,
-// grew with those delays.
-func (t *Tracker) ChangedAt(sequence string) time.Time {
-	t.arrivals.mu.Lock()
-	defer t.arrivals.mu.Unlock()
-	return t.arrivals.at[sequence]
-}
-
-// ForgetChanges drops what the tracker remembers of a sequence's changes (its Sequence is gone).
-func (t *Tracker) ForgetChanges(sequence string) {
-	t.arrivals.mu.Lock()
-	defer t.arrivals.mu.Unlock()
-	delete(t.arrivals.at, sequence)
 }
 
 func sequenceIndex(obj any) ([]string, error) {

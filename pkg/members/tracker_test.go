@@ -2,8 +2,6 @@ package members
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -120,111 +118,5 @@ func TestTrackerHasSynced(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Start: %v", err)
-	}
-}
-
-// TestChangedAt: the tracker dates every event that may change a sequence's members (an object
-// added, changed in generation or labels, being deleted, deleted) by its arrival, and no other:
-// the settle dates an apply's changes by them (pkg/sequence), and a status update dated as a
-// change would hold the groups longer. An object that moves to another sequence dates both.
-func TestChangedAt(t *testing.T) {
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"})
-	tr := &Tracker{
-		Dynamic: dyn, Discovery: &gatedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}},
-		GroupLabels: func() []string { return []string{keys.GroupLabel} },
-	}
-	go func() { _ = tr.Start(ctx) }()
-	g.Eventually(tr.HasSynced).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
-	if at := tr.ChangedAt("shop"); !at.IsZero() {
-		t.Fatalf("ChangedAt before any member: %s, want zero", at)
-	}
-	cms := dyn.Resource(configMaps).Namespace("shop")
-	// seen waits until the tracker holds the ConfigMap as cm is (the fake API server keeps no
-	// resourceVersion: each write numbers itself in an annotation).
-	seen := func(cm *unstructured.Unstructured) {
-		t.Helper()
-		g.Eventually(func() string {
-			for _, o := range tr.Members(SequenceOf(cm)) {
-				if o.GetName() == cm.GetName() {
-					return o.GetAnnotations()["write"]
-				}
-			}
-			return ""
-		}).WithTimeout(10*time.Second).WithPolling(5*time.Millisecond).Should(Equal(cm.GetAnnotations()["write"]), "the tracker's copy of %s", cm.GetName())
-	}
-	writes := 0
-	numbered := func(c *unstructured.Unstructured) *unstructured.Unstructured {
-		writes++
-		a := c.GetAnnotations()
-		if a == nil {
-			a = map[string]string{}
-		}
-		a["write"] = fmt.Sprint(writes)
-		c.SetAnnotations(a)
-		return c
-	}
-	// step makes a change and reports whether it dated the sequences' changes (after it began).
-	step := func(name string, change func() *unstructured.Unstructured, seqs ...string) {
-		t.Helper()
-		before := map[string]time.Time{}
-		for _, s := range []string{"shop", "blog"} {
-			before[s] = tr.ChangedAt(s)
-		}
-		began := time.Now()
-		cm := change()
-		if cm != nil {
-			seen(cm)
-		}
-		for _, s := range []string{"shop", "blog"} {
-			at, want := tr.ChangedAt(s), slices.Contains(seqs, s)
-			if want && at.Before(began) || !want && !at.Equal(before[s]) {
-				t.Errorf("%s: ChangedAt(%s) = %s (began %s, was %s); want it dated: %v", name, s, at, began, before[s], want)
-			}
-		}
-	}
-	var cm *unstructured.Unstructured
-	update := func(mutate func(*unstructured.Unstructured)) func() *unstructured.Unstructured {
-		return func() *unstructured.Unstructured {
-			c := cm.DeepCopy()
-			mutate(c)
-			numbered(c)
-			var err error
-			if cm, err = cms.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			return cm
-		}
-	}
-	step("added", func() *unstructured.Unstructured {
-		var err error
-		if cm, err = cms.Create(ctx, numbered(configMap("db", map[string]string{keys.GroupLabel: "db"})), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return cm
-	}, "shop")
-	step("its annotations changed", update(func(c *unstructured.Unstructured) { c.SetAnnotations(map[string]string{"note": "x"}) }))
-	step("its status changed", update(func(c *unstructured.Unstructured) {
-		_ = unstructured.SetNestedField(c.Object, "True", "status", "ready")
-	}))
-	step("a new generation", update(func(c *unstructured.Unstructured) { c.SetGeneration(2) }), "shop")
-	step("its group changed", update(func(c *unstructured.Unstructured) { c.SetLabels(map[string]string{keys.GroupLabel: "cache"}) }), "shop")
-	step("moved to another sequence", update(func(c *unstructured.Unstructured) {
-		c.SetLabels(map[string]string{keys.GroupLabel: "cache", keys.SequenceLabel: "blog"})
-	}), "shop", "blog")
-	step("being deleted", update(func(c *unstructured.Unstructured) { c.SetDeletionTimestamp(&metav1.Time{Time: time.Now()}) }), "blog")
-	step("deleted", func() *unstructured.Unstructured {
-		if err := cms.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		g.Eventually(func() []Object { return tr.Members("blog") }).WithTimeout(10 * time.Second).Should(BeEmpty())
-		return nil
-	}, "blog")
-	tr.ForgetChanges("blog")
-	if at := tr.ChangedAt("blog"); !at.IsZero() {
-		t.Errorf("ChangedAt of a forgotten sequence: %s, want zero", at)
 	}
 }

@@ -132,8 +132,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// When the members were read: the settle dates their changes by it, not by the end of the
 	// reads below, which would shorten the gaps it learns an apply's pace from.
 	read := r.now()
-	// After the members: every change they show was dated by then (ChangedAt).
-	arrived := r.Tracker.ChangedAt(seq)
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -209,7 +207,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	held := r.settling.wait(seq, plan, read, arrived)
+	held := r.settling.wait(seq, plan, read)
 	if held.Wait > 0 {
 		opening = opening.closed()
 	}
@@ -314,7 +312,6 @@ func (r *Reconciler) forget(seq string) {
 	r.emitted.forget(seq)
 	r.settling.forget(seq)
 	r.refusals.forget(seq)
-	r.Tracker.ForgetChanges(seq)
 }
 
 // goStep runs one step of a reconcile beside the others. A panic in it would not reach

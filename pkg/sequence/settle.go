@@ -65,8 +65,6 @@ type settled struct {
 	// slower than the settle lets the earlier group open on the objects it created first (its
 	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
 	pace time.Duration
-	// read is when the last pass read the members.
-	read time.Time
 }
 
 // settle is how long the members must stay the same.
@@ -89,15 +87,8 @@ type hold struct {
 }
 
 // wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
-// members were read, and arrived when the last event that may have changed them reached this
-// manager (zero: not known), read after them (members.Tracker.ChangedAt).
-//
-// A change the pass sees is dated by its event when that event arrived after the last pass read
-// the members (or the sequence is new here): the pass itself comes when the workqueue gets to it,
-// tens of milliseconds later on a loaded machine, and dating by it lengthened both the wait and
-// the pace. Otherwise (an event that arrived before the last pass read but reached the cache after
-// it, a policy change) the change is dated by the pass, as it was seen: never before it was known.
-func (s *settling) wait(seq string, plan []*Group, now, arrived time.Time) hold {
+// members were read (a change is never dated before it was seen).
+func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
 	members := membership(plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,23 +98,18 @@ func (s *settling) wait(seq string, plan []*Group, now, arrived time.Time) hold 
 	cur, ok := s.seen[seq]
 	switch {
 	case !ok || cur.members != members:
-		at := now
-		if !arrived.IsZero() && arrived.Before(now) && (!ok || arrived.After(cur.read)) {
-			at = arrived
-		}
 		if !ok || cur.quiet {
-			cur.changing = at
+			cur.changing = now
 		}
-		if gap := at.Sub(cur.since); ok && gap <= paceHorizon {
+		if gap := now.Sub(cur.since); ok && gap <= paceHorizon {
 			cur.pace = max(cur.pace, gap)
 		} else {
 			cur.pace = 0
 		}
-		cur.members, cur.since, cur.quiet = members, at, false
+		cur.members, cur.since, cur.quiet = members, now, false
 	case now.Sub(cur.since) >= cur.settle():
 		cur.quiet = true
 	}
-	cur.read = now
 	s.seen[seq] = cur
 	h := hold{Settle: cur.settle()}
 	if cur.quiet {

@@ -56,7 +56,7 @@ func TestSettling(t *testing.T) {
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	wait := func(seq string, plan []*Group, at time.Duration) got {
-		h := s.wait(seq, plan, start.Add(at), time.Time{})
+		h := s.wait(seq, plan, start.Add(at))
 		return got{h.Wait, h.Changing}
 	}
 	for _, st := range steps {
@@ -92,12 +92,12 @@ func TestSettling(t *testing.T) {
 	last := first + MembershipSettleMax + time.Second
 	// The bound has let the groups open, but a pass must still come to find the members quiet:
 	// without it, the changes would never end, and the next apply would get no settle at all.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last), time.Time{}); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last)); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
 		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
 	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms), time.Time{}); h != (hold{Settle: paceFactor * 100 * ms}) {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
 	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
@@ -112,54 +112,5 @@ func TestSettling(t *testing.T) {
 	s.forget("paced")
 	if w := wait("paced", plan("c"), 600*ms); w != (got{membershipSettle, 0}) {
 		t.Errorf("a forgotten sequence: %+v, want a fresh %s", w, membershipSettle)
-	}
-}
-
-// TestSettlingDatesChangesByTheirArrival: a change is dated by when its event reached the manager
-// (members.Tracker.ChangedAt), not by the pass that sees it, when the event came after the last
-// pass read the members: the wait and the apply's pace are then the apply's own, not the delays of
-// the passes (on a loaded machine a pass came 50-100 ms after the event, and the settle, three
-// times the gap it saw, was 270-310 ms where the apply's gap was 31-56 ms). An event that arrived
-// before the last pass read the members, or none, dates the change by the pass that sees it.
-func TestSettlingDatesChangesByTheirArrival(t *testing.T) {
-	start := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	ms := time.Millisecond
-	plan := func(revs ...string) []*Group {
-		var out []*Group
-		for i, r := range revs {
-			out = append(out, &Group{Name: string(rune('a' + i)), Revision: r})
-		}
-		return out
-	}
-	type got struct{ Wait, Settle time.Duration }
-	var s settling
-	steps := []struct {
-		name, seq   string
-		at, arrived time.Duration // from start; arrived < 0: no arrival known
-		plan        []*Group
-		want        got
-	}{
-		{"a new sequence, its first member arrived 20 ms before the pass", "shop", 20 * ms, 0, plan("db"), got{membershipSettle - 20*ms, membershipSettle}},
-		// Dated by the pass, the web would have come 100 ms after the database: a 300 ms settle.
-		{"the next pass, 100 ms later, sees the web that arrived 40 ms after the database", "shop", 120 * ms, 40 * ms, plan("db", "web"), got{membershipSettle - 80*ms, membershipSettle}},
-		{"the job, 100 ms after the web: the pace", "shop", 200 * ms, 140 * ms, plan("db", "web", "job"), got{3*100*ms - 60*ms, 3 * 100 * ms}},
-		{"the same members later", "shop", 300 * ms, 140 * ms, plan("db", "web", "job"), got{3*100*ms - 160*ms, 3 * 100 * ms}},
-		{"settled three gaps after the job arrived", "shop", 440 * ms, 140 * ms, plan("db", "web", "job"), got{0, 3 * 100 * ms}},
-
-		{"another sequence, no arrival known: dated by the pass", "blog", 0, -1, plan("x"), got{membershipSettle, membershipSettle}},
-		{"an arrival after the last pass read", "blog", 100 * ms, 50 * ms, plan("x", "y"), got{membershipSettle - 50*ms, membershipSettle}},
-		{"an arrival before the last pass read (it reached the cache after it): dated by the pass", "blog", 200 * ms, 80 * ms, plan("x2", "y"), got{3 * 150 * ms, 3 * 150 * ms}},
-		{"no arrival known", "blog", 300 * ms, -1, plan("x3", "y"), got{3 * 150 * ms, 3 * 150 * ms}},
-		{"an arrival after the pass read is no date for what it read", "blog", 400 * ms, 500 * ms, plan("x4", "y"), got{3 * 150 * ms, 3 * 150 * ms}},
-	}
-	for _, st := range steps {
-		var arrived time.Time
-		if st.arrived >= 0 {
-			arrived = start.Add(st.arrived)
-		}
-		h := s.wait(st.seq, st.plan, start.Add(st.at), arrived)
-		if d := cmp.Diff(st.want, got{h.Wait, h.Settle}); d != "" {
-			t.Errorf("%s (-want +got):\n%s", st.name, d)
-		}
 	}
 }
