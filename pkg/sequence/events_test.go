@@ -24,24 +24,28 @@ func (r *recorded) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, note
 
 var _ events.EventRecorder = &recorded{}
 
+// member is a member that is ready or in progress.
+func member(name string, ready bool) Member {
+	st := readiness.InProgress
+	if ready {
+		st = readiness.Ready
+	}
+	return Member{Name: name, Ready: &readiness.Result{Status: st}}
+}
+
+// obj is a member object of group in namespace shop, named after it.
+func obj(group string) members.Object {
+	u := &unstructured.Unstructured{}
+	u.SetName(group)
+	u.SetNamespace("shop")
+	u.SetLabels(map[string]string{keys.GroupLabel: group})
+	return members.Object{Unstructured: u}
+}
+
 // TestEventsOncePerChange: a group's Event is sent once per change of its phase or message, even
 // while the cached Sequence still shows an older status (a busy sequence reconciles many times
 // before the cache sees its own status write: the same GroupReleased was sent on every reconcile).
 func TestEventsOncePerChange(t *testing.T) {
-	member := func(group string, ready bool) Member {
-		st := readiness.InProgress
-		if ready {
-			st = readiness.Ready
-		}
-		return Member{Name: group, Ready: &readiness.Result{Status: st}}
-	}
-	obj := func(group string) members.Object {
-		u := &unstructured.Unstructured{}
-		u.SetName(group)
-		u.SetNamespace("shop")
-		u.SetLabels(map[string]string{keys.GroupLabel: group})
-		return members.Object{Unstructured: u}
-	}
 	objs := []members.Object{obj("db"), obj("web")}
 	plan := func(dbReady bool) []*Group {
 		db := &Group{Name: "db", Members: []Member{member("db", dbReady)}, Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
@@ -87,20 +91,6 @@ func TestEventsOncePerChange(t *testing.T) {
 // nor on the groups that wait for it; a new blocking group does. An Event per count sent one per
 // ready member to up to ten members of every later group.
 func TestEventsNotPerReadyCount(t *testing.T) {
-	member := func(name string, ready bool) Member {
-		st := readiness.InProgress
-		if ready {
-			st = readiness.Ready
-		}
-		return Member{Name: name, Ready: &readiness.Result{Status: st}}
-	}
-	obj := func(group string) members.Object {
-		u := &unstructured.Unstructured{}
-		u.SetName(group)
-		u.SetNamespace("shop")
-		u.SetLabels(map[string]string{keys.GroupLabel: group})
-		return members.Object{Unstructured: u}
-	}
 	objs := []members.Object{obj("db"), obj("cache"), obj("web")}
 	// plan has db with ready of its three members ready; cache is released once db is.
 	plan := func(ready int, cacheReleased bool) []*Group {
