@@ -161,7 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	refused := r.refusals.of(seq, prev, jobs)
 	fresh.refused = refused
 	plan := planRefused(seq, ms, idx, jobStates(jobs, succeeded), r.Namespace, refused, r.now())
-	r.refusals.keepOnly(seq, plan)
+	r.refusals.keepOnly(seq, plan, refused, r.now())
 	open := map[string]bool{}
 	for _, g := range plan {
 		open[g.Name] = g.Open

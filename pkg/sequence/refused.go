@@ -27,6 +27,12 @@ const refusalRetry = 10 * time.Second
 type refusals struct {
 	mu   sync.Mutex
 	seen map[string]map[string]time.Time
+	// dropped are, per sequence, the refusals a pass found no longer counting (the group closed, or
+	// its revision changed) and when: until the cached status stops showing such a refusal's time, it
+	// is not read back from there. The status written by that pass clears it, but the next pass may
+	// still read the Sequence as it was, and a group that reopened meanwhile would time out on the
+	// clock of its earlier opening.
+	dropped map[string]map[string]time.Time
 }
 
 // note records that a sequence's wait Job was refused at a time, keeping the first. The time is
@@ -55,6 +61,7 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.seen[seq]) == 0 && !slices.ContainsFunc(prev.Status.Groups, func(g wavev1.GroupStatus) bool { return g.WaitJobRefusedSince != nil }) {
+		delete(r.dropped, seq)
 		return nil // nearly always: no pass pays for what no wait Job was refused
 	}
 	exists := jobsByKey(jobs)
@@ -67,10 +74,26 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 			out[job] = at
 		}
 	}
+	inStatus := map[string]bool{}
 	for _, g := range prev.Status.Groups {
-		if g.WaitJobRefusedSince != nil && g.WaitJob != "" {
-			add(g.WaitJob, g.WaitJobRefusedSince.Time)
+		if g.WaitJobRefusedSince == nil || g.WaitJob == "" {
+			continue
 		}
+		// A time rounded up to the second no later than a second after the drop was noted before
+		// it (a refusal noted since is in memory, and read from there).
+		if at, ok := r.dropped[seq][g.WaitJob]; ok && !g.WaitJobRefusedSince.After(at.Add(time.Second)) {
+			inStatus[g.WaitJob] = true
+			continue
+		}
+		add(g.WaitJob, g.WaitJobRefusedSince.Time)
+	}
+	for job := range r.dropped[seq] {
+		if !inStatus[job] {
+			delete(r.dropped[seq], job) // the status has caught up
+		}
+	}
+	if len(r.dropped[seq]) == 0 {
+		delete(r.dropped, seq)
 	}
 	for job, at := range r.seen[seq] {
 		add(job, at)
@@ -78,11 +101,25 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 	return out
 }
 
-// keepOnly forgets a sequence's refusals other than those of its plan's refused groups: a new
-// revision, a group no longer open (its clock starts again when it reopens), a Job created.
-func (r *refusals) keepOnly(seq string, plan []*Group) {
+// keepOnly forgets a sequence's refusals (those of returned) other than those of its plan's
+// refused groups: a new revision, a group no longer open (its clock starts again when it reopens),
+// a Job created.
+func (r *refusals) keepOnly(seq string, plan []*Group, refused map[string]time.Time, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for job := range refused {
+		if refusedIn(plan, job) {
+			continue
+		}
+		delete(r.seen[seq], job)
+		if r.dropped == nil {
+			r.dropped = map[string]map[string]time.Time{}
+		}
+		if r.dropped[seq] == nil {
+			r.dropped[seq] = map[string]time.Time{}
+		}
+		r.dropped[seq][job] = now
+	}
 	for job := range r.seen[seq] {
 		if !refusedIn(plan, job) {
 			delete(r.seen[seq], job)
@@ -106,6 +143,7 @@ func (r *refusals) forget(seq string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.seen, seq)
+	delete(r.dropped, seq)
 }
 
 func jobKey(g *Group) string { return g.JobNamespace + "/" + g.JobName }

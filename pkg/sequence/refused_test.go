@@ -143,3 +143,51 @@ func TestMinPositive(t *testing.T) {
 		}
 	}
 }
+
+// TestReopenedGroupForgetsItsEarlierRefusal: a group whose wait Job was refused, that closes (an
+// earlier group reopened) and opens again, times out on the clock of its new opening, not of the
+// earlier one, although the next pass may still read the Sequence as it was before the pass that
+// cleared the clock (the cache lags behind the status write).
+func TestReopenedGroupForgetsItsEarlierRefusal(t *testing.T) {
+	const job = "shop/wait-db"
+	old := metav1.NewTime(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	stale := &wavev1.Sequence{Spec: wavev1.SequenceSpec{Sequence: "shop"},
+		Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{{Name: "db", WaitJob: job, WaitJobRefusedSince: &old}}}}
+	db := func(refused bool) []*Group {
+		return []*Group{{Name: "db", JobNamespace: "shop", JobName: "wait-db", Open: refused, JobRefused: refused}}
+	}
+	var r refusals
+	now := old.Add(20 * time.Minute)
+	// Open and refused since 12:00, as the status says.
+	got := r.of("shop", stale, nil)
+	if d := cmp.Diff(map[string]time.Time{job: old.Time}, got); d != "" {
+		t.Fatalf("refusals of the open group (-want +got):\n%s", d)
+	}
+	r.keepOnly("shop", db(true), got, now)
+	// The group closes: this pass's status clears the clock, but the next pass reads the old one.
+	now = now.Add(time.Second)
+	r.keepOnly("shop", db(false), r.of("shop", stale, nil), now)
+	now = now.Add(100 * time.Millisecond)
+	if got := r.of("shop", stale, nil); len(got) != 0 {
+		t.Errorf("refusals read back from a status that has not caught up: %v, want none", got)
+	}
+	// It reopens and its Job is refused again: the clock starts now.
+	r.note("shop", job, now)
+	want := now.Truncate(time.Second).Add(time.Second)
+	if d := cmp.Diff(map[string]time.Time{job: want}, r.of("shop", stale, nil)); d != "" {
+		t.Errorf("refusals after the group reopened (-want +got):\n%s", d)
+	}
+	// Once the status has caught up (cleared, then the new time), it is read from there again, as a
+	// restarted manager reads it.
+	r.keepOnly("shop", db(true), r.of("shop", &wavev1.Sequence{Spec: stale.Spec}, nil), now)
+	fresh := metav1.NewTime(want)
+	caught := &wavev1.Sequence{Spec: stale.Spec,
+		Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{{Name: "db", WaitJob: job, WaitJobRefusedSince: &fresh}}}}
+	var restarted refusals
+	if d := cmp.Diff(map[string]time.Time{job: want}, restarted.of("shop", caught, nil)); d != "" {
+		t.Errorf("refusals of a restarted manager (-want +got):\n%s", d)
+	}
+	if len(r.dropped) != 0 {
+		t.Errorf("drops kept after the status caught up: %v", r.dropped)
+	}
+}
