@@ -158,10 +158,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	refused := r.refusals.of(seq, prev, jobs)
+	refused := r.refusals.of(seq, prev, jobs, r.now())
 	fresh.refused = refused
 	plan := planRefused(seq, ms, idx, jobStates(jobs, succeeded), r.Namespace, refused, r.now())
-	r.refusals.keepOnly(seq, plan, refused, r.now())
+	r.refusals.keepOnly(seq, plan, prev, r.now())
 	open := map[string]bool{}
 	for _, g := range plan {
 		open[g.Name] = g.Open

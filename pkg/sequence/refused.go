@@ -27,13 +27,18 @@ const refusalRetry = 10 * time.Second
 type refusals struct {
 	mu   sync.Mutex
 	seen map[string]map[string]time.Time
-	// dropped are, per sequence, the refusals a pass found no longer counting (the group closed, or
-	// its revision changed) and when: until the cached status stops showing such a refusal's time, it
-	// is not read back from there. The status written by that pass clears it, but the next pass may
-	// still read the Sequence as it was, and a group that reopened meanwhile would time out on the
-	// clock of its earlier opening.
+	// dropped are, per sequence, the refusals a pass reset (the group closed, its revision changed,
+	// its Job was created, the sequence was frozen) and when: for droppedTTL, a time the status shows
+	// for them from before the reset is not read back. The status written by that pass clears it, but
+	// the next passes may still read the Sequence as it was, and a group that reopened meanwhile would
+	// time out on the clock of its earlier opening.
 	dropped map[string]map[string]time.Time
 }
+
+// droppedTTL is how long a reset refusal's time is not read back from the status: far longer than
+// the cache takes to show the status written with the reset. A refusal noted after the reset is in
+// memory, and read from there.
+const droppedTTL = time.Minute
 
 // note records that a sequence's wait Job was refused at a time, keeping the first. The time is
 // rounded up to the second, as the status keeps it: a restarted manager's clock must not start
@@ -57,11 +62,18 @@ func (r *refusals) note(seq, job string, at time.Time) {
 
 // of returns since when each of a sequence's wait Jobs that does not exist has been refused: from
 // its status and from memory, the earlier.
-func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map[string]time.Time {
+func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job, now time.Time) map[string]time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.seen[seq]) == 0 && !slices.ContainsFunc(prev.Status.Groups, func(g wavev1.GroupStatus) bool { return g.WaitJobRefusedSince != nil }) {
+	for job, at := range r.dropped[seq] {
+		if now.Sub(at) > droppedTTL {
+			delete(r.dropped[seq], job)
+		}
+	}
+	if len(r.dropped[seq]) == 0 {
 		delete(r.dropped, seq)
+	}
+	if len(r.seen[seq]) == 0 && !slices.ContainsFunc(prev.Status.Groups, func(g wavev1.GroupStatus) bool { return g.WaitJobRefusedSince != nil }) {
 		return nil // nearly always: no pass pays for what no wait Job was refused
 	}
 	exists := jobsByKey(jobs)
@@ -74,26 +86,16 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 			out[job] = at
 		}
 	}
-	inStatus := map[string]bool{}
 	for _, g := range prev.Status.Groups {
 		if g.WaitJobRefusedSince == nil || g.WaitJob == "" {
 			continue
 		}
-		// A time rounded up to the second no later than a second after the drop was noted before
+		// A time rounded up to the second no later than a second after the reset was noted before
 		// it (a refusal noted since is in memory, and read from there).
 		if at, ok := r.dropped[seq][g.WaitJob]; ok && !g.WaitJobRefusedSince.After(at.Add(time.Second)) {
-			inStatus[g.WaitJob] = true
 			continue
 		}
 		add(g.WaitJob, g.WaitJobRefusedSince.Time)
-	}
-	for job := range r.dropped[seq] {
-		if !inStatus[job] {
-			delete(r.dropped[seq], job) // the status has caught up
-		}
-	}
-	if len(r.dropped[seq]) == 0 {
-		delete(r.dropped, seq)
 	}
 	for job, at := range r.seen[seq] {
 		add(job, at)
@@ -101,33 +103,54 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job) map
 	return out
 }
 
-// keepOnly forgets a sequence's refusals (those of returned) other than those of its plan's
-// refused groups: a new revision, a group no longer open (its clock starts again when it reopens),
-// a Job created.
-func (r *refusals) keepOnly(seq string, plan []*Group, refused map[string]time.Time, now time.Time) {
+// keepOnly forgets a sequence's refusals (in memory, in its status prev) other than those of its
+// plan's refused groups: a new revision, a group no longer open (its clock starts again when it
+// reopens), a Job created.
+func (r *refusals) keepOnly(seq string, plan []*Group, prev *wavev1.Sequence, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for job := range refused {
-		if refusedIn(plan, job) {
-			continue
-		}
-		delete(r.seen[seq], job)
-		if r.dropped == nil {
-			r.dropped = map[string]map[string]time.Time{}
-		}
-		if r.dropped[seq] == nil {
-			r.dropped[seq] = map[string]time.Time{}
-		}
-		r.dropped[seq][job] = now
-	}
 	for job := range r.seen[seq] {
 		if !refusedIn(plan, job) {
-			delete(r.seen[seq], job)
+			r.dropLocked(seq, job, now)
+		}
+	}
+	for _, g := range prev.Status.Groups {
+		if g.WaitJobRefusedSince != nil && g.WaitJob != "" && !refusedIn(plan, g.WaitJob) {
+			r.dropLocked(seq, g.WaitJob, now)
 		}
 	}
 	if len(r.seen[seq]) == 0 {
 		delete(r.seen, seq)
 	}
+}
+
+// reset forgets every refusal of a sequence (it is frozen: whether its groups stay open is not
+// known), in memory and in its status prev.
+func (r *refusals) reset(seq string, prev *wavev1.Sequence, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for job := range r.seen[seq] {
+		r.dropLocked(seq, job, now)
+	}
+	for _, g := range prev.Status.Groups {
+		if g.WaitJobRefusedSince != nil && g.WaitJob != "" {
+			r.dropLocked(seq, g.WaitJob, now)
+		}
+	}
+	delete(r.seen, seq)
+}
+
+// dropLocked forgets a refusal, and keeps its time from being read back from the status for
+// droppedTTL.
+func (r *refusals) dropLocked(seq, job string, now time.Time) {
+	delete(r.seen[seq], job)
+	if r.dropped == nil {
+		r.dropped = map[string]map[string]time.Time{}
+	}
+	if r.dropped[seq] == nil {
+		r.dropped[seq] = map[string]time.Time{}
+	}
+	r.dropped[seq][job] = now
 }
 
 func refusedIn(plan []*Group, job string) bool {

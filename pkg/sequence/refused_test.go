@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,8 +129,12 @@ func TestFrozenForgetsRefusals(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(seq), prev); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.refusals.of("shop", prev, nil); len(got) != 0 {
+	if got := r.refusals.of("shop", prev, nil, since.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("refusals after a frozen pass: %v, want none", got)
+	}
+	// Nor from the Sequence as the next pass may still read it, before the frozen pass's write.
+	if got := r.refusals.of("shop", seq, nil, since.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("refusals read back from the status before the frozen pass's write: %v, want none", got)
 	}
 }
 
@@ -146,8 +151,9 @@ func TestMinPositive(t *testing.T) {
 
 // TestReopenedGroupForgetsItsEarlierRefusal: a group whose wait Job was refused, that closes (an
 // earlier group reopened) and opens again, times out on the clock of its new opening, not of the
-// earlier one, although the next pass may still read the Sequence as it was before the pass that
-// cleared the clock (the cache lags behind the status write).
+// earlier one, although the next passes may still read the Sequence as it was before the pass that
+// cleared the clock (the cache lags behind the status write). So does one whose clock a created Job
+// reset. The status's time is read again after droppedTTL, as a restarted manager reads it.
 func TestReopenedGroupForgetsItsEarlierRefusal(t *testing.T) {
 	const job = "shop/wait-db"
 	old := metav1.NewTime(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
@@ -156,38 +162,50 @@ func TestReopenedGroupForgetsItsEarlierRefusal(t *testing.T) {
 	db := func(refused bool) []*Group {
 		return []*Group{{Name: "db", JobNamespace: "shop", JobName: "wait-db", Open: refused, JobRefused: refused}}
 	}
-	var r refusals
-	now := old.Add(20 * time.Minute)
-	// Open and refused since 12:00, as the status says.
-	got := r.of("shop", stale, nil)
-	if d := cmp.Diff(map[string]time.Time{job: old.Time}, got); d != "" {
-		t.Fatalf("refusals of the open group (-want +got):\n%s", d)
-	}
-	r.keepOnly("shop", db(true), got, now)
-	// The group closes: this pass's status clears the clock, but the next pass reads the old one.
-	now = now.Add(time.Second)
-	r.keepOnly("shop", db(false), r.of("shop", stale, nil), now)
-	now = now.Add(100 * time.Millisecond)
-	if got := r.of("shop", stale, nil); len(got) != 0 {
-		t.Errorf("refusals read back from a status that has not caught up: %v, want none", got)
-	}
-	// It reopens and its Job is refused again: the clock starts now.
-	r.note("shop", job, now)
-	want := now.Truncate(time.Second).Add(time.Second)
-	if d := cmp.Diff(map[string]time.Time{job: want}, r.of("shop", stale, nil)); d != "" {
-		t.Errorf("refusals after the group reopened (-want +got):\n%s", d)
-	}
-	// Once the status has caught up (cleared, then the new time), it is read from there again, as a
-	// restarted manager reads it.
-	r.keepOnly("shop", db(true), r.of("shop", &wavev1.Sequence{Spec: stale.Spec}, nil), now)
-	fresh := metav1.NewTime(want)
-	caught := &wavev1.Sequence{Spec: stale.Spec,
-		Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{{Name: "db", WaitJob: job, WaitJobRefusedSince: &fresh}}}}
-	var restarted refusals
-	if d := cmp.Diff(map[string]time.Time{job: want}, restarted.of("shop", caught, nil)); d != "" {
-		t.Errorf("refusals of a restarted manager (-want +got):\n%s", d)
-	}
-	if len(r.dropped) != 0 {
-		t.Errorf("drops kept after the status caught up: %v", r.dropped)
+	created := []batchv1.Job{{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "wait-db"}}}
+	for name, reset := range map[string]struct {
+		plan []*Group
+		jobs []batchv1.Job
+	}{
+		"the group closes":   {db(false), nil},
+		"its Job is created": {db(false), created}, // the plan's group is not refused: its Job exists
+	} {
+		t.Run(name, func(t *testing.T) {
+			var r refusals
+			now := old.Add(20 * time.Minute)
+			// Open and refused since 12:00, as the status says.
+			got := r.of("shop", stale, nil, now)
+			if d := cmp.Diff(map[string]time.Time{job: old.Time}, got); d != "" {
+				t.Fatalf("refusals of the open group (-want +got):\n%s", d)
+			}
+			r.keepOnly("shop", db(true), stale, now)
+			// The reset: this pass's status clears the clock, but the next passes read the old one.
+			now = now.Add(time.Second)
+			r.of("shop", stale, reset.jobs, now)
+			r.keepOnly("shop", reset.plan, stale, now)
+			for range 3 {
+				now = now.Add(100 * time.Millisecond)
+				if got := r.of("shop", stale, nil, now); len(got) != 0 {
+					t.Fatalf("refusals read back from a status that has not caught up: %v, want none", got)
+				}
+				r.keepOnly("shop", db(false), stale, now)
+			}
+			// It reopens and its Job is refused again: the clock starts now.
+			r.note("shop", job, now)
+			want := now.Truncate(time.Second).Add(time.Second)
+			if d := cmp.Diff(map[string]time.Time{job: want}, r.of("shop", stale, nil, now)); d != "" {
+				t.Errorf("refusals after the group reopened (-want +got):\n%s", d)
+			}
+			r.keepOnly("shop", db(true), stale, now)
+			// droppedTTL after the reset, the status is read again, as a restarted manager reads it.
+			r.forget("shop")
+			r.keepOnly("shop", db(false), stale, now)
+			if got := r.of("shop", stale, nil, now.Add(droppedTTL+time.Second)); !got[job].Equal(old.Time) {
+				t.Errorf("refusals droppedTTL after the reset: %v, want the status's %s", got, old.Time)
+			}
+			if len(r.dropped) != 0 {
+				t.Errorf("resets remembered past droppedTTL: %v", r.dropped)
+			}
+		})
 	}
 }
