@@ -105,7 +105,8 @@ func (r *refusals) of(seq string, prev *wavev1.Sequence, jobs []batchv1.Job, now
 
 // keepOnly forgets a sequence's refusals (in memory, in its status prev) other than those of its
 // plan's refused groups: a new revision, a group no longer open (its clock starts again when it
-// reopens), a Job created.
+// reopens), a Job created. A nil plan forgets them all (a frozen sequence: whether its groups stay
+// open is not known).
 func (r *refusals) keepOnly(seq string, plan []*Group, prev *wavev1.Sequence, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,22 +123,6 @@ func (r *refusals) keepOnly(seq string, plan []*Group, prev *wavev1.Sequence, no
 	if len(r.seen[seq]) == 0 {
 		delete(r.seen, seq)
 	}
-}
-
-// reset forgets every refusal of a sequence (it is frozen: whether its groups stay open is not
-// known), in memory and in its status prev.
-func (r *refusals) reset(seq string, prev *wavev1.Sequence, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for job := range r.seen[seq] {
-		r.dropLocked(seq, job, now)
-	}
-	for _, g := range prev.Status.Groups {
-		if g.WaitJobRefusedSince != nil && g.WaitJob != "" {
-			r.dropLocked(seq, g.WaitJob, now)
-		}
-	}
-	delete(r.seen, seq)
 }
 
 // dropLocked forgets a refusal, and keeps its time from being read back from the status for

@@ -89,7 +89,7 @@ func (r *Reconciler) frozen(ctx context.Context, prev *wavev1.Sequence, msg stri
 	meta.SetStatusCondition(&prev.Status.Conditions, cond)
 	// Nor what a plan would keep: whether a group with a refused wait Job stays open is not known
 	// while the sequence is frozen, so its clock starts again afterwards (it errs long).
-	r.refusals.reset(prev.Spec.Sequence, prev, r.now())
+	r.refusals.keepOnly(prev.Spec.Sequence, nil, prev, r.now())
 	for i := range prev.Status.Groups {
 		prev.Status.Groups[i].ClearedTemplates = nil
 		prev.Status.Groups[i].WaitJobRefusedSince = nil

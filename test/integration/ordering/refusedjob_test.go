@@ -55,12 +55,7 @@ func TestRefusedWaitJobTimesOut(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	db, web := "db-"+ns, "web-"+ns
-	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "refused-" + ns}, Spec: wavev1.WavePolicySpec{
-		Groups: []wavev1.GroupSpec{
-			{Name: db, Order: 1, Timeout: &metav1.Duration{Duration: 3 * time.Second}, OnTimeout: wavev1.OnTimeoutRelease},
-			{Name: web, Order: 2}}}}
-	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+	dbThenWeb(t, "refused-"+ns, db, web, 3*time.Second, wavev1.OnTimeoutRelease)
 	denyByPolicy(t, "test-deny-db-wait-jobs-"+ns, "batch", []string{"jobs"},
 		"object.metadata.namespace != '"+ns+"' || !has(object.metadata.labels) || !('"+keys.WaitJobLabel+"' in object.metadata.labels) || object.metadata.labels['"+keys.WaitGroupLabel+"'] != '"+db+"'",
 		"test: no wait Jobs for the database",
@@ -102,12 +97,7 @@ func TestRefusedWaitJobBlocksThenRuns(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	db, web := "db-"+ns, "web-"+ns
-	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: "blocked-" + ns}, Spec: wavev1.WavePolicySpec{
-		Groups: []wavev1.GroupSpec{
-			{Name: db, Order: 1, Timeout: &metav1.Duration{Duration: 2 * time.Second}, OnTimeout: wavev1.OnTimeoutBlock},
-			{Name: web, Order: 2}}}}
-	g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+	dbThenWeb(t, "blocked-"+ns, db, web, 2*time.Second, wavev1.OnTimeoutBlock)
 	deny := "test-deny-blocked-wait-jobs-" + ns
 	denyByPolicy(t, deny, "batch", []string{"jobs"},
 		"object.metadata.namespace != '"+ns+"' || !has(object.metadata.labels) || !('"+keys.WaitJobLabel+"' in object.metadata.labels)",
@@ -140,4 +130,18 @@ func TestRefusedWaitJobBlocksThenRuns(t *testing.T) {
 	expectGated(t, webPod)
 	markDeploymentReady(t, dbDeploy)
 	eventuallyUngated(t, webPod)
+}
+
+// dbThenWeb creates a WavePolicy (removed after the test) that orders group db before web, db with
+// a timeout and what happens past it.
+func dbThenWeb(t *testing.T, name, db, web string, timeout time.Duration, onTimeout wavev1.OnTimeout) {
+	t.Helper()
+	p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: wavev1.WavePolicySpec{
+		Groups: []wavev1.GroupSpec{
+			{Name: db, Order: 1, Timeout: &metav1.Duration{Duration: timeout}, OnTimeout: onTimeout},
+			{Name: web, Order: 2}}}}
+	if err := env.Client.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
 }
