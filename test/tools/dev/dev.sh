@@ -140,14 +140,28 @@ serving_cert() {
 		[ -n "$bundles" ] || return 1
 		for b in $bundles; do [ "$b" = "$ca" ] || return 1; done
 	}
-	for _ in $(seq 150); do
+	both() {
 		injected mutatingwebhookconfiguration wavegate-mutating-webhook-configuration &&
-			injected validatingwebhookconfiguration wavegate-validating-webhook-configuration && break
-		sleep 0.2
-	done
-	injected mutatingwebhookconfiguration wavegate-mutating-webhook-configuration &&
-		injected validatingwebhookconfiguration wavegate-validating-webhook-configuration ||
-		{ say "cert-manager's cainjector did not inject the CA:"; tail -20 "$dev/certmanager-cainjector.log" >&2; exit 1; }
+			injected validatingwebhookconfiguration wavegate-validating-webhook-configuration
+	}
+	await() { for _ in $(seq 150); do both && return; sleep 0.2; done; both; }
+	if ! await; then
+		# The cainjector reconciles a configuration when it or the CA's Secret changes; a CI run once
+		# saw it miss the Secret's creation (not found at the first pass, nothing after). Say so, show
+		# what the configurations carry, and ask it once more, as a user would, by touching them.
+		say "cert-manager's cainjector had not injected the CA after 30 s; what the configurations carry (sha256 of each caBundle, then of the CA):"
+		for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
+			"$kubectl" get "$kind" "wavegate-${kind%webhookconfiguration}-webhook-configuration" \
+				-o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{"\n"}{end}' |
+				while read -r b; do printf '   %s %s\n' "$kind" "$(printf %s "$b" | sha256sum | cut -c1-16)" >&2; done
+		done
+		printf '   CA %s\n' "$(printf %s "$ca" | sha256sum | cut -c1-16)" >&2
+		"$kubectl" get -n "$ns" certificate,certificaterequest >&2 || true
+		say "re-annotating both configurations so that the cainjector reconciles them again"
+		"$kubectl" annotate --overwrite mutatingwebhookconfiguration/wavegate-mutating-webhook-configuration \
+			validatingwebhookconfiguration/wavegate-validating-webhook-configuration wavegate.io/dev-reinject="$(date +%s)" >/dev/null
+		await || { say "cert-manager's cainjector did not inject the CA:"; tail -40 "$dev/certmanager-cainjector.log" >&2; exit 1; }
+	fi
 	mkdir -p "$dev/certs"
 	(
 		umask 077
