@@ -14,16 +14,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/sequence"
 )
 
 // chainApp is a namespace with groups one-Deployment groups, group orders 0..groups-1, applied in
-// one kubectl apply: the last group has lastReplicas pods, the others 2.
-func chainApp(ns string, optedIn bool, groups, lastReplicas int) string {
+// one kubectl apply: the last group has lastReplicas pods, the others 2. With lastGate, the last
+// group's template carries that scheduling gate (the gate-only run, not opted in).
+func chainApp(ns string, optedIn bool, groups, lastReplicas int, lastGate string) string {
 	var b strings.Builder
 	label := ""
 	if optedIn {
@@ -31,9 +36,12 @@ func chainApp(ns string, optedIn bool, groups, lastReplicas int) string {
 	}
 	fmt.Fprintf(&b, "apiVersion: v1\nkind: Namespace\nmetadata: {name: %s%s}\n", ns, label)
 	for i := range groups {
-		replicas := 2
+		replicas, gates := 2, ""
 		if i == groups-1 {
 			replicas = lastReplicas
+			if lastGate != "" {
+				gates = fmt.Sprintf(", schedulingGates: [{name: %s}]", lastGate)
+			}
 		}
 		fmt.Fprintf(&b, `---
 apiVersion: apps/v1
@@ -47,8 +55,8 @@ spec:
   selector: {matchLabels: {app: g%[2]d}}
   template:
     metadata: {labels: {app: g%[2]d}}
-    spec: {containers: [{name: c, image: app}]}
-`, ns, i, replicas)
+    spec: {containers: [{name: c, image: app}]%[4]s}
+`, ns, i, replicas, gates)
 	}
 	return b.String()
 }
@@ -261,60 +269,119 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // a group being ready to the first pod of the next one being released (p50, p99), and the time
 // wavegate adds per boundary: (time to every pod ready with wavegate - without) / boundaries, one
 // value per iteration (p50, p99 over the iterations). Run with `make bench-release`.
+//
+// The 100-pod case also runs the app a third way, not opted in, with a scheduling gate in the last
+// group's template that the benchmark removes from each pod the moment it sees it (removeGates):
+// what a gate per pod costs on its own that day, with no webhook, no ordering and no wavegate, the
+// floor under wavegate's figure (gate-only-added).
 func BenchmarkReleaseLatency(b *testing.B) {
 	for _, c := range []struct{ groups, replicas int }{{3, 2}, {10, 2}, {30, 2}, {2, 100}} {
 		b.Run(fmt.Sprintf("groups=%d/last=%d", c.groups, c.replicas), func(b *testing.B) {
-			var all, added []time.Duration
+			modes := []string{"without", "with"}
+			if c.replicas == 100 {
+				modes = append(modes, "gate-only")
+			}
+			var all []time.Duration
+			added := map[string][]time.Duration{}
 			var phases []string
 			pids := clusterPIDs()
-			cpu := map[bool]cpuUse{}
+			cpu := map[string]cpuUse{}
 			for i := range b.N {
 				ctx, cancel := context.WithCancel(context.Background())
-				elapsed := map[bool]time.Duration{}
-				for _, optedIn := range []bool{false, true} {
-					ns := fmt.Sprintf("bench-%d-%d-%d-%v", c.groups, c.replicas, i, optedIn)
-					f := writeTemp(b, chainApp(ns, optedIn, c.groups, c.replicas))
+				elapsed := map[string]time.Duration{}
+				for _, mode := range modes {
+					ns := fmt.Sprintf("bench-%d-%d-%d-%s", c.groups, c.replicas, i, mode)
+					gate := ""
+					if mode == "gate-only" {
+						gate = "bench.wavegate.io/hold"
+						removeGates(ctx, b, ns, gate)
+					}
+					f := writeTemp(b, chainApp(ns, mode == "with", c.groups, c.replicas, gate))
 					pt := watchPods(ctx, b, ns)
 					before := sampleCPU(pids)
 					start := time.Now()
 					if out, err := exec.Command(kubectl, "apply", "-f", f).CombinedOutput(); err != nil {
 						b.Fatalf("%v: %s", err, out)
 					}
-					elapsed[optedIn] = pt.waitReady(b, c.groups, c.replicas).Sub(start)
-					phases = append(phases, fmt.Sprintf("iteration %d, opted in %v, ms from the apply: %s", i, optedIn, pt.phases(start, chainGroups(c.groups))))
-					cpu[optedIn] = cpu[optedIn].add(sampleCPU(pids).since(before))
-					if optedIn {
+					elapsed[mode] = pt.waitReady(b, c.groups, c.replicas).Sub(start)
+					phases = append(phases, fmt.Sprintf("iteration %d, %s, ms from the apply: %s", i, mode, pt.phases(start, chainGroups(c.groups))))
+					if mode == "with" {
 						all = append(all, pt.boundaries(c.groups)...)
 					}
+					cpu[mode] = cpu[mode].add(sampleCPU(pids).since(before))
 					// Gone before the next run: one kwok node holds 110 pods.
 					_ = exec.Command(kubectl, "delete", "namespace", ns, "--wait=true", "--timeout=120s").Run()
 				}
-				added = append(added, (elapsed[true]-elapsed[false])/time.Duration(c.groups-1))
+				for _, mode := range modes[1:] {
+					added[mode] = append(added[mode], (elapsed[mode]-elapsed["without"])/time.Duration(c.groups-1))
+				}
 				cancel()
 			}
 			// Each iteration's figure, for pooling runs: the p50 of one run of twenty moves by up to
 			// 140 ms between runs of the same code on the 2-core machine.
-			ms := make([]int64, len(added))
-			for i, d := range added {
-				ms[i] = d.Milliseconds()
+			for _, mode := range modes[1:] {
+				ms := make([]int64, len(added[mode]))
+				for i, d := range added[mode] {
+					ms[i] = d.Milliseconds()
+				}
+				b.Logf("added per boundary (ms), %s, by iteration: %v", mode, ms)
 			}
-			b.Logf("added per boundary (ms), by iteration: %v", ms)
 			// To the output, not the log: the testing package keeps only ten lines of a benchmark's log.
 			fmt.Printf("%s: where the runs' time went\n%s\n", b.Name(), strings.Join(phases, "\n"))
 			b.ReportMetric(float64(percentile(all, 0.5).Milliseconds()), "p50-ms/boundary")
 			b.ReportMetric(float64(percentile(all, 0.99).Milliseconds()), "p99-ms/boundary")
-			b.ReportMetric(float64(percentile(added, 0.5).Milliseconds()), "added-p50-ms/boundary")
-			b.ReportMetric(float64(percentile(added, 0.99).Milliseconds()), "added-p99-ms/boundary")
+			b.ReportMetric(float64(percentile(added["with"], 0.5).Milliseconds()), "added-p50-ms/boundary")
+			b.ReportMetric(float64(percentile(added["with"], 0.99).Milliseconds()), "added-p99-ms/boundary")
+			if len(added["gate-only"]) > 0 {
+				b.ReportMetric(float64(percentile(added["gate-only"], 0.5).Milliseconds()), "gate-only-added-p50-ms/boundary")
+				b.ReportMetric(float64(percentile(added["gate-only"], 0.99).Milliseconds()), "gate-only-added-p99-ms/boundary")
+			}
 			// What the runs cost (means per run): the cluster's CPU time, the API server's, and how
-			// busy the machine was, without and with wavegate.
-			for _, optedIn := range []bool{false, true} {
-				mode, u, n := map[bool]string{false: "without", true: "with"}[optedIn], cpu[optedIn], float64(b.N)
+			// busy the machine was, without and with wavegate (and with the gate alone).
+			for _, mode := range modes {
+				u, n := cpu[mode], float64(b.N)
 				b.ReportMetric(float64(u.cluster.Milliseconds())/n, "cpu-ms-"+mode)
 				b.ReportMetric(float64(u.apiserver.Milliseconds())/n, "apiserver-cpu-ms-"+mode)
 				b.ReportMetric(100*u.busy/n, "busy-pct-"+mode)
-				b.Logf("CPU per run %s wavegate: %s", mode, u.perProcess(b.N))
+				b.Logf("CPU per run %s: %s", mode, u.perProcess(b.N))
 			}
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// removeGates plays a controller that releases every pod the moment it sees it: it removes gate
+// from each pod of namespace ns as wavegate's manager does (a JSON patch that tests and removes,
+// 64 in flight, the manager's client limits), with no ordering at all, until ctx ends.
+func removeGates(ctx context.Context, t testing.TB, ns, gate string) {
+	c := rest.CopyConfig(config)
+	c.QPS, c.Burst = 100, 200
+	client := kubernetes.NewForConfigOrDie(c)
+	w := watchNamespacePods(ctx, t, ns)
+	work := make(chan *corev1.Pod, 128)
+	go func() {
+		defer close(work)
+		defer w.Stop()
+		seen := map[string]bool{}
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && !seen[p.Name] && slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == gate }) {
+				seen[p.Name] = true
+				work <- p
+			}
+		}
+	}()
+	for range 64 {
+		go func() {
+			for p := range work {
+				i := slices.IndexFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == gate })
+				body, err := patch.Marshal(patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": gate})...)
+				if err == nil {
+					_, err = client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+				}
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("removing %s from pod %s/%s: %v", gate, ns, p.Name, err)
+				}
+			}
+		}()
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -35,6 +36,7 @@ import (
 var (
 	root    string
 	kubectl string
+	config  *rest.Config
 	cs      kubernetes.Interface
 	dyn     dynamic.Interface
 )
@@ -47,6 +49,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic("KUBECONFIG must name the local cluster's kubeconfig (make test-e2e): " + err.Error())
 	}
+	config = cfg
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	dyn = dynamic.NewForConfigOrDie(cfg)
 	// The manager runs with its installed roles (dev.sh): like a user, the suite grants it the stand-in
