@@ -40,8 +40,14 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 			byGroup[g] = append(byGroup[g], o.Unstructured)
 		}
 	}
-	var blocker *Group
+	// A group that is not open waits directly for the latest earlier group not released, as its
+	// status message says (Plan): its Event names that group.
+	var unreleased *Group
 	for _, g := range plan {
+		var blocker *Group
+		if !g.Open {
+			blocker = unreleased
+		}
 		msg := eventMessage(g, blocker)
 		sig := string(g.Phase) + "\x00" + g.Message
 		if blocker != nil {
@@ -79,8 +85,8 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 				r.Recorder.Eventf(o, related, typ, reason, "Order", "%s", msg)
 			}
 		}
-		if blocker == nil && !g.Released {
-			blocker = g
+		if !g.Released {
+			unreleased = g
 		}
 	}
 }

@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -88,8 +89,8 @@ func TestEventsOncePerChange(t *testing.T) {
 }
 
 // TestEventsNotPerReadyCount: members becoming ready one by one send no Event each, on the group
-// nor on the groups that wait for it; a new blocking group does. An Event per count sent one per
-// ready member to up to ten members of every later group.
+// nor on the groups that wait for it. An Event per count sent one per ready member to up to ten
+// members of every later group.
 func TestEventsNotPerReadyCount(t *testing.T) {
 	objs := []members.Object{obj("db"), obj("cache"), obj("web")}
 	// plan has db with ready of its three members ready; cache is released once db is.
@@ -99,11 +100,10 @@ func TestEventsNotPerReadyCount(t *testing.T) {
 			db.Members = append(db.Members, member(fmt.Sprintf("db-%d", i), i < ready))
 		}
 		cache := &Group{Name: "cache", Members: []Member{member("cache", cacheReleased)}, Phase: wavev1.GroupPending, Message: "waiting for group db"}
-		web := &Group{Name: "web", Members: []Member{member("web", false)}, Phase: wavev1.GroupPending, Message: "waiting for group db"}
+		web := &Group{Name: "web", Members: []Member{member("web", false)}, Phase: wavev1.GroupPending, Message: "waiting for group cache"}
 		if ready == 3 {
 			db.Released, db.Phase, db.Message = true, wavev1.GroupReleased, "ready"
 			cache.Open, cache.Phase, cache.Message = true, wavev1.GroupWaiting, "waiting for its members to be ready"
-			web.Message = "waiting for group cache"
 		}
 		if cacheReleased {
 			cache.Released, cache.Phase, cache.Message = true, wavev1.GroupReleased, "ready"
@@ -120,14 +120,60 @@ func TestEventsNotPerReadyCount(t *testing.T) {
 	want := []string{
 		"WaitingForGroup: group db: waiting for its members to be ready (0/3 members ready)",
 		"WaitingForGroup: group cache waits for group db: 0/3 members ready",
-		"WaitingForGroup: group web waits for group db: 0/3 members ready",
+		"WaitingForGroup: group web waits for group cache: 0/1 members ready",
 		"GroupReleased: group db: ready (3/3 members ready)",
 		"WaitingForGroup: group cache: waiting for its members to be ready (0/1 members ready)",
-		"WaitingForGroup: group web waits for group cache: 0/1 members ready",
 		"GroupReleased: group cache: ready (1/1 members ready)",
 		"WaitingForGroup: group web: waiting for its members to be ready (0/1 members ready)",
 	}
 	if d := cmp.Diff(want, rec.got); d != "" {
 		t.Errorf("Events (-want +got):\n%s", d)
+	}
+}
+
+// TestChainEventsLinear: a chain released one group at a time, planned by Plan, sends each group
+// one Event per phase (Pending, Waiting, Released), each pending group naming the group right
+// before it. Naming the first unreleased group of the sequence changed every pending group's
+// message, and sent it an Event, each time a group was released: 36 Events more for ten groups,
+// 406 more for thirty.
+func TestChainEventsLinear(t *testing.T) {
+	const n = 10
+	var ms []Member
+	var objs []members.Object
+	for i := range n {
+		name := fmt.Sprintf("g%d", i)
+		ms = append(ms, m(name, int32(i), "shop", name, 1))
+		objs = append(objs, obj(name))
+	}
+	rec := &recorded{}
+	r := &Reconciler{Recorder: rec}
+	for released := range n + 1 {
+		jobs := func(_, job string) JobState {
+			for i := range released {
+				if job == JobName("shop", ms[i].Resolution.Group, revision(ms[i:i+1])) {
+					return JobComplete
+				}
+			}
+			return JobRunning
+		}
+		plan := Plan("shop", ms, nil, jobs, "wavegate-system")
+		for i, g := range plan {
+			if g.Phase == wavev1.GroupPending {
+				if want := fmt.Sprintf("waiting for group g%d", i-1); g.Message != want {
+					t.Errorf("with %d released, %s says %q, want %q", released, g.Name, g.Message, want)
+				}
+			}
+		}
+		r.emitEvents("shop", plan, &wavev1.Sequence{}, objs)
+	}
+	byReason := map[string]int{}
+	for _, e := range rec.got {
+		reason, _, _ := strings.Cut(e, ":")
+		byReason[reason]++
+	}
+	// Every group is released, waits once open, and but the first waits once for the group before it.
+	want := map[string]int{ReasonGroupReleased: n, ReasonWaitingForGroup: n + n - 1}
+	if d := cmp.Diff(want, byReason); d != "" {
+		t.Errorf("Events by reason (-want +got):\n%s\nEvents: %q", d, rec.got)
 	}
 }

@@ -159,7 +159,11 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 	}
 	groups := groupsOf(byName)
 	open, prestart := true, false
-	var blocking string
+	// unreleased is the latest group so far that is not released: what a pending group waits for
+	// directly (its message names that one, not the first of the sequence, so that it does not
+	// change, nor send an Event, each time an earlier group is released: a chain's Events were
+	// quadratic in its length).
+	var unreleased string
 	for _, g := range groups {
 		sort.Slice(g.Members, func(i, j int) bool { return g.Members[i].ref() < g.Members[j].ref() })
 		g.Revision = revision(g.Members)
@@ -174,7 +178,7 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 		switch {
 		case !open:
-			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", blocking)
+			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", unreleased)
 		case len(g.Members) == 0:
 			g.Phase, g.Message = wavev1.GroupWaiting, "required group has no members yet"
 		default:
@@ -199,8 +203,11 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 			g.Message += fmt.Sprintf("; its members give it different orders %v, the lowest is used: give them all the same %s (or one WavePolicy)",
 				o, keys.GroupOrderLabel)
 		}
+		if !g.Released {
+			unreleased = g.Name
+		}
 		if !g.Released && open {
-			open, blocking = false, g.Name
+			open = false
 			prestart = len(g.Members) > 0 && (g.JobState == JobRunning || g.JobState == JobMissing)
 			continue
 		}

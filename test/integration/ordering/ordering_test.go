@@ -77,7 +77,7 @@ func TestInstallOrder(t *testing.T) {
 	g.Eventually(func() string { return runner.Log(ns, name) }).WithTimeout(timeout).
 		Should(ContainSubstring("statefulsets.apps/" + a.ns + "/db:"))
 
-	// A workload that waits says why.
+	// A workload that waits says why: for the group right before its own, not the first one.
 	g.Eventually(func(g Gomega) []string {
 		var evs eventsv1.EventList
 		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(a.ns))).To(Succeed())
@@ -88,7 +88,7 @@ func TestInstallOrder(t *testing.T) {
 			}
 		}
 		return notes
-	}).WithTimeout(timeout).Should(ContainElement("group web waits for group database: 0/1 members ready"))
+	}).WithTimeout(timeout).Should(ContainElement("group web waits for group migrate: 0/1 members ready"))
 
 	markStatefulSetReady(t, a.db)
 	g.Eventually(func() string { return runner.Log(ns, name) }).WithTimeout(timeout).Should(ContainSubstring(`group "database" is ready`))
