@@ -71,11 +71,12 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 				metrics.WaitJobFailures.WithLabelValues(string(g.Phase)).Inc()
 			}
 			// The blocking group's wait Job is the related object: events about different blockers are
-			// kept apart by the events API instead of being folded into one series.
+			// kept apart by the events API instead of being folded into one series. A Job not created
+			// yet (a pending group's) is no one's related object.
 			var related runtime.Object
-			if b := blocker; b != nil && b.JobName != "" {
+			if b := blocker; b != nil && b.JobName != "" && b.JobState != JobMissing {
 				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: b.JobNamespace, Name: b.JobName}}
-			} else if g.JobName != "" {
+			} else if g.JobName != "" && g.JobState != JobMissing {
 				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: g.JobNamespace, Name: g.JobName}}
 			}
 			for i, o := range byGroup[g.Name] {

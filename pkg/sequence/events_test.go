@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -16,11 +17,16 @@ import (
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
-// recorded collects the reasons and notes of Events.
-type recorded struct{ got []string }
+// recorded collects the reasons and notes of Events, and the names of their related objects.
+type recorded struct{ got, related []string }
 
-func (r *recorded) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, note string, args ...any) {
+func (r *recorded) Eventf(_ runtime.Object, related runtime.Object, _, reason, _, note string, args ...any) {
 	r.got = append(r.got, reason+": "+fmt.Sprintf(note, args...))
+	name := ""
+	if j, ok := related.(*batchv1.Job); ok {
+		name = j.Name
+	}
+	r.related = append(r.related, name)
 }
 
 var _ events.EventRecorder = &recorded{}
@@ -148,13 +154,14 @@ func TestChainEventsLinear(t *testing.T) {
 	rec := &recorded{}
 	r := &Reconciler{Recorder: rec}
 	for released := range n + 1 {
+		// The groups before released are complete, the open one's Job runs, the others have none.
 		jobs := func(_, job string) JobState {
-			for i := range released {
+			for i := range min(released+1, n) {
 				if job == JobName("shop", ms[i].Resolution.Group, revision(ms[i:i+1])) {
-					return JobComplete
+					return map[bool]JobState{true: JobComplete, false: JobRunning}[i < released]
 				}
 			}
-			return JobRunning
+			return JobMissing
 		}
 		plan := Plan("shop", ms, nil, jobs, "wavegate-system")
 		for i, g := range plan {
@@ -164,14 +171,22 @@ func TestChainEventsLinear(t *testing.T) {
 				}
 			}
 		}
+		sent := len(rec.got)
 		r.emitEvents("shop", plan, &wavev1.Sequence{}, objs)
+		// An Event names a wait Job as its related object only if the Job exists.
+		for i := sent; i < len(rec.got); i++ {
+			if job := rec.related[i]; job != "" && jobs("shop", job) == JobMissing {
+				t.Errorf("%q is related to Job %s, which was not created yet", rec.got[i], job)
+			}
+		}
 	}
 	byReason := map[string]int{}
 	for _, e := range rec.got {
 		reason, _, _ := strings.Cut(e, ":")
 		byReason[reason]++
 	}
-	// Every group is released, waits once open, and but the first waits once for the group before it.
+	// Every group is released and waits once open; every group but the first also waits, once, for
+	// the group before it.
 	want := map[string]int{ReasonGroupReleased: n, ReasonWaitingForGroup: n + n - 1}
 	if d := cmp.Diff(want, byReason); d != "" {
 		t.Errorf("Events by reason (-want +got):\n%s\nEvents: %q", d, rec.got)

@@ -351,3 +351,24 @@ func seriesOf(t *testing.T, c prometheus.Collector, seq string) int {
 	}
 	return n
 }
+
+// TestPodsOnlyMessageNamesTheGroupRightBefore: the pods of a group without members say they wait
+// for what a planned group at their place would (Plan): the latest group before them that is not
+// released, not the first one of the sequence.
+func TestPodsOnlyMessageNamesTheGroupRightBefore(t *testing.T) {
+	members := []Member{m("database", 1, "shop", "db", 1), m("migrate", 2, "shop", "migrate", 1)}
+	plan := Plan("shop", members, nil, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+	for _, c := range []struct {
+		name  string
+		order int32
+		want  string
+	}{
+		{"web", 3, "no tracked member (pods are not members); its pods wait for group migrate"},
+		{"cache", 2, "no tracked member (pods are not members); its pods wait for group database"},
+		{"zz", 2, "no tracked member (pods are not members); its pods wait for group migrate"},
+	} {
+		if got := podsOnlyMessage(plan, c.name, podGroup{order: c.order}); got != c.want {
+			t.Errorf("%s at %d: %q, want %q", c.name, c.order, got, c.want)
+		}
+	}
+}
