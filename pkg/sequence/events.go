@@ -40,13 +40,15 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 			byGroup[g] = append(byGroup[g], o.Unstructured)
 		}
 	}
-	// A group that is not open waits directly for the latest earlier group not released, as its
-	// status message says (Plan): its Event names that group.
-	var unreleased *Group
+	byName := make(map[string]*Group, len(plan))
 	for _, g := range plan {
+		byName[g.Name] = g
+	}
+	for _, g := range plan {
+		// A group that is not open names the group it waits for directly (Plan), as its message does.
 		var blocker *Group
 		if !g.Open {
-			blocker = unreleased
+			blocker = byName[g.WaitsFor]
 		}
 		msg := eventMessage(g, blocker)
 		sig := string(g.Phase) + "\x00" + g.Message
@@ -85,9 +87,6 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 				}
 				r.Recorder.Eventf(o, related, typ, reason, "Order", "%s", msg)
 			}
-		}
-		if !g.Released {
-			unreleased = g
 		}
 	}
 }

@@ -59,7 +59,7 @@ func TestEventsOncePerChange(t *testing.T) {
 		if dbReady {
 			db.Released, db.Phase, db.Message = true, wavev1.GroupReleased, "ready"
 		}
-		web := &Group{Name: "web", Members: []Member{member("web", false)}, Open: dbReady, Phase: wavev1.GroupWaiting, Message: "waiting"}
+		web := &Group{Name: "web", Members: []Member{member("web", false)}, Open: dbReady, WaitsFor: "db", Phase: wavev1.GroupWaiting, Message: "waiting"}
 		return []*Group{db, web}
 	}
 	rec := &recorded{}
@@ -105,8 +105,8 @@ func TestEventsNotPerReadyCount(t *testing.T) {
 		for i := range 3 {
 			db.Members = append(db.Members, member(fmt.Sprintf("db-%d", i), i < ready))
 		}
-		cache := &Group{Name: "cache", Members: []Member{member("cache", cacheReleased)}, Phase: wavev1.GroupPending, Message: "waiting for group db"}
-		web := &Group{Name: "web", Members: []Member{member("web", false)}, Phase: wavev1.GroupPending, Message: "waiting for group cache"}
+		cache := &Group{Name: "cache", Members: []Member{member("cache", cacheReleased)}, WaitsFor: "db", Phase: wavev1.GroupPending, Message: "waiting for group db"}
+		web := &Group{Name: "web", Members: []Member{member("web", false)}, WaitsFor: "cache", Phase: wavev1.GroupPending, Message: "waiting for group cache"}
 		if ready == 3 {
 			db.Released, db.Phase, db.Message = true, wavev1.GroupReleased, "ready"
 			cache.Open, cache.Phase, cache.Message = true, wavev1.GroupWaiting, "waiting for its members to be ready"

@@ -91,6 +91,9 @@ type Group struct {
 	// released, and the group's timeout is armed then (see armJob).
 	Prestart bool
 	Released bool
+	// WaitsFor names, for a group that is not open, the group it waits for directly: the latest
+	// earlier group that is not released (its message and Events name it).
+	WaitsFor string
 	Phase    wavev1.GroupPhase
 	Message  string
 	// JobNamespace and JobName name the wait Job of the current revision.
@@ -178,6 +181,7 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 		switch {
 		case !open:
+			g.WaitsFor = unreleased
 			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", unreleased)
 		case len(g.Members) == 0:
 			g.Phase, g.Message = wavev1.GroupWaiting, "required group has no members yet"
