@@ -73,12 +73,14 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 				metrics.WaitJobFailures.WithLabelValues(string(g.Phase)).Inc()
 			}
 			// The blocking group's wait Job is the related object: events about different blockers are
-			// kept apart by the events API instead of being folded into one series. A Job not created
-			// yet (a pending group's) is no one's related object.
+			// kept apart by the events API instead of being folded into one series (its series key is
+			// the type, reason, action, reporter, regarding and related objects, not the note). A
+			// pending blocker's Job is named before it exists: the name of its revision's Job, which
+			// is created when that group opens.
 			var related runtime.Object
-			if b := blocker; b != nil && b.JobName != "" && b.JobState != JobMissing {
+			if b := blocker; b != nil && b.JobName != "" {
 				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: b.JobNamespace, Name: b.JobName}}
-			} else if g.JobName != "" && g.JobState != JobMissing {
+			} else if g.JobName != "" {
 				related = &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: g.JobNamespace, Name: g.JobName}}
 			}
 			for i, o := range byGroup[g.Name] {

@@ -254,9 +254,9 @@ func clearedTemplates(cleared, released, running, present []string) []string {
 	return slices.Compact(out)
 }
 
-// podsOnlyMessage says what the gated pods of a group without members wait for: the first group of
-// the plan before theirs that is not released, or a group their policy requires that has no
-// members yet.
+// podsOnlyMessage says what the gated pods of a group without members wait for: the latest group of
+// the plan before theirs that is not released (as a planned group names it), or a group their
+// policy requires that has no members yet.
 func podsOnlyMessage(plan []*Group, name string, pg podGroup) string {
 	const what = "no tracked member (pods are not members)"
 	switch until, required := openGroups(plan).waitsFor(name, pg); {

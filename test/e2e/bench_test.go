@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 
 	"wavegate.io/wavegate/pkg/patch"
 	"wavegate.io/wavegate/pkg/sequence"
@@ -287,8 +288,10 @@ func BenchmarkReleaseLatency(b *testing.B) {
 			pids := clusterPIDs()
 			cpu := map[string]cpuUse{}
 			for i := range b.N {
-				ctx, cancel := context.WithCancel(context.Background())
 				elapsed := map[string]time.Duration{}
+				// Each iteration's watches and gate removers stop with it, also when it fails.
+				ctx, cancel := context.WithCancel(context.Background())
+				b.Cleanup(cancel)
 				for _, mode := range modes {
 					ns := fmt.Sprintf("bench-%d-%d-%d-%s", c.groups, c.replicas, i, mode)
 					gate := ""
@@ -376,7 +379,10 @@ func removeGates(ctx context.Context, t testing.TB, ns, gate string) {
 				i := slices.IndexFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == gate })
 				body, err := patch.Marshal(patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": gate})...)
 				if err == nil {
-					_, err = client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+					err = retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+						_, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.JSONPatchType, body, metav1.PatchOptions{})
+						return err
+					})
 				}
 				if err != nil && ctx.Err() == nil {
 					t.Errorf("removing %s from pod %s/%s: %v", gate, ns, p.Name, err)

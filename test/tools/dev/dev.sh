@@ -150,16 +150,19 @@ serving_cert() {
 		# saw it miss the Secret's creation (not found at the first pass, nothing after). Say so, show
 		# what the configurations carry, and ask it once more, as a user would, by touching them.
 		say "cert-manager's cainjector had not injected the CA after 30 s; what the configurations carry (sha256 of each caBundle, then of the CA):"
+		# (Diagnostics only: a failure here is reported, not fatal, so that the retry still runs.)
 		for kind in mutatingwebhookconfiguration validatingwebhookconfiguration; do
 			"$kubectl" get "$kind" "wavegate-${kind%webhookconfiguration}-webhook-configuration" \
 				-o jsonpath='{range .webhooks[*]}{.clientConfig.caBundle}{"\n"}{end}' |
-				while read -r b; do printf '   %s %s\n' "$kind" "$(printf %s "$b" | sha256sum | cut -c1-16)" >&2; done
+				while read -r b; do printf '   %s %s\n' "$kind" "$(printf %s "$b" | sha256sum | cut -c1-16)" >&2; done ||
+				say "could not read $kind"
 		done
 		printf '   CA %s\n' "$(printf %s "$ca" | sha256sum | cut -c1-16)" >&2
 		"$kubectl" get -n "$ns" certificate,certificaterequest >&2 || true
 		say "re-annotating both configurations so that the cainjector reconciles them again"
 		"$kubectl" annotate --overwrite mutatingwebhookconfiguration/wavegate-mutating-webhook-configuration \
-			validatingwebhookconfiguration/wavegate-validating-webhook-configuration wavegate.io/dev-reinject="$(date +%s)" >/dev/null
+			validatingwebhookconfiguration/wavegate-validating-webhook-configuration wavegate.io/dev-reinject="$(date +%s)" >/dev/null ||
+			say "could not annotate the webhook configurations"
 		await || { say "cert-manager's cainjector did not inject the CA:"; tail -40 "$dev/certmanager-cainjector.log" >&2; exit 1; }
 	fi
 	mkdir -p "$dev/certs"
