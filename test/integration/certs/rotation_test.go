@@ -82,6 +82,22 @@ func apiServer(t *testing.T) (context.Context, *kubernetes.Clientset) {
 	return ctx, kubernetes.NewForConfigOrDie(env.Config)
 }
 
+// background runs f until the test ends, and waits for it to return before the cleanups registered
+// earlier run (they run last in, first out): a certificate manager or a webhook server still writing
+// or watching its TempDir once the test ends made the TempDir's removal fail ("directory not empty").
+func background(t *testing.T, ctx context.Context, f func(context.Context) error) {
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f(ctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+}
+
 func TestRotationWithoutFailedAdmissions(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cs := apiServer(t)
@@ -112,11 +128,11 @@ func TestRotationWithoutFailedAdmissions(t *testing.T) {
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, MutatingWebhooks: []string{hook.Name},
 		Validity: 6 * time.Second, Check: 200 * time.Millisecond}
 	g.Expect(sm.Reconcile(ctx)).To(Succeed())
-	go func() { _ = sm.Start(ctx) }()
+	background(t, ctx, sm.Start)
 
 	server := webhook.NewServer(webhook.Options{Host: "127.0.0.1", Port: port, CertDir: dir})
 	server.Register(mutate.Path, &mutate.Server{Policies: policy.NewStaticStore(&policy.Index{})})
-	go func() { _ = server.Start(ctx) }()
+	background(t, ctx, server.Start)
 	g.Eventually(func() error { return server.StartedChecker()(nil) }).WithTimeout(10 * time.Second).Should(Succeed())
 
 	// Admit ConfigMaps without pause for three rotations and one of the CA (it lives 24 s and is
@@ -152,7 +168,7 @@ func TestReinjectsARecreatedConfiguration(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	sm := &certs.SelfManaged{Client: cs, Namespace: framework.WavegateNamespace, Secret: "wavegate-webhook-certs", CertDir: t.TempDir(),
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, ValidatingWebhooks: []string{"reinject-test"}, Check: time.Hour}
-	go func() { _ = sm.Start(ctx) }()
+	background(t, ctx, sm.Start)
 	bundle := func() []byte {
 		c, err := vwc.Get(ctx, "reinject-test", metav1.GetOptions{})
 		if err != nil {
