@@ -162,12 +162,7 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 	}
 	groups := groupsOf(byName)
 	open, prestart := true, false
-	// unreleased is the latest group so far that is not released: what a pending group waits for
-	// directly (its message names that one, not the first of the sequence, so that it does not
-	// change, nor send an Event, each time an earlier group is released: a chain's Events were
-	// quadratic in its length).
-	var unreleased string
-	for _, g := range groups {
+	for i, g := range groups {
 		sort.Slice(g.Members, func(i, j int) bool { return g.Members[i].ref() < g.Members[j].ref() })
 		g.Revision = revision(g.Members)
 		g.Open = open
@@ -181,8 +176,8 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 		switch {
 		case !open:
-			g.WaitsFor = unreleased
-			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", unreleased)
+			g.WaitsFor = waitsForAt(groups[:i], g.Order, g.Name)
+			g.Phase, g.Message = wavev1.GroupPending, fmt.Sprintf("waiting for group %s", g.WaitsFor)
 		case len(g.Members) == 0:
 			g.Phase, g.Message = wavev1.GroupWaiting, "required group has no members yet"
 		default:
@@ -207,9 +202,6 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 			g.Message += fmt.Sprintf("; its members give it different orders %v, the lowest is used: give them all the same %s (or one WavePolicy)",
 				o, keys.GroupOrderLabel)
 		}
-		if !g.Released {
-			unreleased = g.Name
-		}
 		if !g.Released && open {
 			open = false
 			prestart = len(g.Members) > 0 && (g.JobState == JobRunning || g.JobState == JobMissing)
@@ -220,6 +212,20 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 	}
 	return groups
+}
+
+// waitsForAt is what a group at order and name that is not open waits for directly: the latest
+// group of the plan before it that is not released. Its message and Events name that one, not the
+// first of the sequence, so that they do not change, nor send an Event, each time a group further
+// back is released (a chain's Events were quadratic in its length).
+func waitsForAt(plan []*Group, order int32, name string) string {
+	var out string
+	for _, g := range plan {
+		if !g.Released && (g.Order < order || g.Order == order && g.Name < name) {
+			out = g.Name
+		}
+	}
+	return out
 }
 
 func groupsOf(m map[string]*Group) []*Group {

@@ -261,14 +261,8 @@ func podsOnlyMessage(plan []*Group, name string, pg podGroup) string {
 	const what = "no tracked member (pods are not members)"
 	switch until, required := openGroups(plan).waitsFor(name, pg); {
 	case until != "":
-		// Named as a planned group names what it waits for (Plan): the latest group of the plan
-		// before it that is not released.
-		for _, g := range plan {
-			if !g.Released && (g.Order < pg.order || g.Order == pg.order && g.Name < name) {
-				until = g.Name
-			}
-		}
-		return fmt.Sprintf("%s; its pods wait for group %s", what, until)
+		// Named as a planned group at its place names what it waits for (Plan).
+		return fmt.Sprintf("%s; its pods wait for group %s", what, waitsForAt(plan, pg.order, name))
 	case required != "":
 		return fmt.Sprintf("%s; its pods wait for group %s, which is required and has no members yet", what, required)
 	}
