@@ -172,6 +172,7 @@ func shopRepo(t *testing.T, ns string) string {
 // objects; selfHeal never syncs again (wavegate's mutation is not drift). Deleting the Application
 // (Argo CD's cascade, highest live wave first) leaves nothing behind.
 func TestArgoCDSyncsInOrderAndStaysSynced(t *testing.T) {
+	t.Parallel()
 	requireEngine(t, "argocd")
 	for _, diff := range []string{"default", "server-side"} {
 		t.Run(diff, func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 // Argo CD syncs first, Helm installs a moment later, tools that know nothing of each other; the
 // app's pods are released only after the database's waiter succeeded.
 func TestOneSequenceAcrossHelmAndArgoCD(t *testing.T) {
+	t.Parallel()
 	requireEngine(t, "argocd")
 	g := NewWithT(t)
 	ctx := context.Background()

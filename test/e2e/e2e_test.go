@@ -308,6 +308,7 @@ func rewriteNamespace(t *testing.T, path, ns string) string {
 // TestServerSideDryRunCreatesNothing: `kubectl apply --dry-run=server` of the whole example
 // returns the mutation and creates no Job, access, Sequence or anything else.
 func TestServerSideDryRunCreatesNothing(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	run(t, "create", "namespace", "dry")

@@ -142,6 +142,7 @@ func fluxLog(t *testing.T) string {
 // wavegate's webhook) find no drift; removing a manifest prunes it; deleting the Kustomization
 // deletes everything, namespace included, and nothing is stuck.
 func TestFluxAppliesInOrderWithoutDrift(t *testing.T) {
+	t.Parallel()
 	requireEngine(t, "flux")
 	g := NewWithT(t)
 	ns := "flux-shop"
@@ -197,6 +198,7 @@ func TestFluxAppliesInOrderWithoutDrift(t *testing.T) {
 // Kustomization's deletion (prune ignores order); wavegate holds the operator until its Widgets are
 // gone, so the strict stand-in operator finalizes them and nothing is stuck.
 func TestFluxDeletionKeepsTheOperator(t *testing.T) {
+	t.Parallel()
 	requireEngine(t, "flux")
 	startWidgetOperator(t)
 	g := NewWithT(t)
@@ -217,7 +219,7 @@ func TestFluxDeletionKeepsTheOperator(t *testing.T) {
 		return err != nil
 	}).WithTimeout(2*time.Minute).WithPolling(500*time.Millisecond).Should(BeTrue(), "namespace widgets is stuck")
 	t.Logf("teardown time, Flux Kustomization deletion (operator, 2 Widgets, namespace): %s", time.Since(start).Round(100*time.Millisecond))
-	list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(widgetsGVR).Namespace("widgets").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
 }

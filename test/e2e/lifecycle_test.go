@@ -149,6 +149,7 @@ func expectReleased(g Gomega, ns, app string) {
 // ready. The local cluster's pod runner plays the kubelet: it stops the evicted waiter with SIGTERM,
 // reports its exit with the eviction's condition kept, then removes the pod.
 func TestEvictedWaiterIsReplaced(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	testWaiterReplaced(t, "evict", 0, func(g Gomega, p corev1.Pod) {
 		g.Expect(cs.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})).To(Succeed())
@@ -159,6 +160,7 @@ func TestEvictedWaiterIsReplaced(t *testing.T) {
 // would) counts as one failure of the wait Job, within its backoffLimit, and the real Job
 // controller starts a new waiter after its back-off; the group is released as usual.
 func TestDeletedWaiterIsRetried(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	testWaiterReplaced(t, "retry", 1, func(g Gomega, p corev1.Pod) {
 		g.Expect(cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})).To(Succeed())
@@ -326,6 +328,7 @@ metadata: {name: a, namespace: %[1]s, labels: {wavegate.io/group: reclose-a}}
 // for real and reports their exit codes as a kubelet does. The group is Failed and the later
 // group stays gated.
 func TestFailedMemberFailsItsGroupAtOnce(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := "fails"

@@ -19,6 +19,7 @@ import (
 // counts as ready for ordering: app is released, the real scheduler picks the volume, the real PV
 // controller binds the claim, and the consumer becomes Available.
 func TestClaimThatWaitsForItsConsumer(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	applyYAML(t, `apiVersion: storage.k8s.io/v1

@@ -122,9 +122,10 @@ func startWidgetOperator(t *testing.T) {
 // retrying until the webhook has loaded the policy.
 func applyWidgetCRD(t *testing.T) {
 	t.Helper()
-	run(t, "apply", "-f", filepath.Join(example("widgets"), "policy.yaml"))
+	// Retried: tests that run in parallel apply them at the same moment, and a client-side apply
+	// that finds nothing creates, so all but one get AlreadyExists; a retry patches instead.
 	NewWithT(t).Eventually(func() error {
-		return exec.Command(kubectl, "apply", "-f", filepath.Join(example("widgets"), "crd.yaml")).Run()
+		return exec.Command(kubectl, "apply", "-f", filepath.Join(example("widgets"), "policy.yaml"), "-f", filepath.Join(example("widgets"), "crd.yaml")).Run()
 	}).WithTimeout(30 * time.Second).WithPolling(200 * time.Millisecond).Should(Succeed())
 	run(t, "wait", "--for", "condition=Established", "crd/widgets.example.com", "--timeout=60s")
 }
@@ -158,6 +159,7 @@ func deleteNamespaceTimed(t *testing.T, ns string) time.Duration {
 // operator (a namespace deletion mostly waits: the namespace controller waits out its pods' grace
 // period, about 16 s, even without Widgets).
 func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
+	t.Parallel()
 	startWidgetOperator(t)
 	for _, shape := range []string{"Deployment", "StatefulSet", "DaemonSet"} {
 		t.Run(shape, func(t *testing.T) {
@@ -188,6 +190,7 @@ func TestNamespaceDeletionKeepsTheOperator(t *testing.T) {
 // Lease, and the ServiceAccount and RBAC, until the Widgets are gone, the operator stops before it
 // is done and the namespace is stuck.
 func TestNamespaceDeletionKeepsWhatTheOperatorNeeds(t *testing.T) {
+	t.Parallel()
 	startWidgetOperator(t)
 	g := NewWithT(t)
 	ns := "td-lease"
@@ -201,7 +204,7 @@ func TestNamespaceDeletionKeepsWhatTheOperatorNeeds(t *testing.T) {
 	}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "the operator holds no Lease")
 	took := deleteNamespaceTimed(t, ns)
 	t.Logf("namespace deletion with a 15 s Widget cleanup: %s", took.Round(100*time.Millisecond))
-	list, err := dyn.Resource(widgetsGVR).List(context.Background(), metav1.ListOptions{})
+	list, err := dyn.Resource(widgetsGVR).Namespace(ns).List(context.Background(), metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
 }
@@ -231,6 +234,7 @@ func TestNamespaceAndCRDDeletedTogether(t *testing.T) {
 //   - orphan: allowed; the finalizer holds the Deployment until the Widgets are gone, and the
 //     orphaned ReplicaSet keeps the operator running meanwhile.
 func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
+	t.Parallel()
 	startWidgetOperator(t)
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -263,9 +267,11 @@ func TestForegroundAndOrphanDeletionWithKubectl(t *testing.T) {
 	}).WithTimeout(60*time.Second).WithPolling(200*time.Millisecond).Should(BeTrue(), "the Deployment was not released once its Widgets were gone")
 	t.Logf("teardown time, orphan (operator deleted, held 1.5 s, then the Widgets): %s", time.Since(start).Round(100*time.Millisecond))
 	deleteNamespaceTimed(t, ns)
-	list, err := dyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded")
+	for _, ns := range []string{"td-foreground", "td-orphan"} {
+		list, err := dyn.Resource(widgetsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(list.Items).To(BeEmpty(), "Widgets were stranded in %s", ns)
+	}
 }
 
 // TestUninstallFirstThenNamespaceDeletion: `wavegate uninstall` releases every finalizer and gate

@@ -23,6 +23,7 @@ import (
 // kubectl apply with a message naming the label and the fix; the victim's rollout and teardown go
 // on unaffected. A namespace that did not opt in is left untouched by every controller.
 func TestTenantsCannotCaptureEachOther(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	applyYAML(t, `apiVersion: v1
@@ -139,6 +140,7 @@ spec:
 // operator's), and deleting both namespaces at once keeps the operator running until the Widgets
 // in the other namespace are gone.
 func TestDeclaredCrossNamespaceSequence(t *testing.T) {
+	t.Parallel()
 	startWidgetOperator(t)
 	applyYAML(t, `apiVersion: wavegate.io/v1alpha1
 kind: WavePolicy
