@@ -8,7 +8,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"wavegate.io/wavegate/pkg/readiness"
 	"wavegate.io/wavegate/pkg/waiter"
 )
 
@@ -44,7 +43,7 @@ func NewWaitCommand(newClient func() (dynamic.Interface, error), out io.Writer) 
 			if err := a.Complete(raw); err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
-			checker, err := readiness.NewChecker(a.Readiness)
+			checker, byNamespace, err := a.Checkers()
 			if err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
@@ -52,7 +51,7 @@ func NewWaitCommand(newClient func() (dynamic.Interface, error), out io.Writer) 
 			if err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
-			o := waiter.Options{Sequence: a.Sequence, Group: a.Group, Job: a.Job, Members: a.Members, Checker: checker, Timeout: a.Timeout, Out: out}
+			o := waiter.Options{Sequence: a.Sequence, Group: a.Group, Job: a.Job, Members: a.Members, Checker: checker, NamespaceCheckers: byNamespace, Timeout: a.Timeout, Out: out}
 			if err := waiter.Wait(cmd.Context(), client, o); err != nil {
 				return &exitError{waiter.ExitCode(err), err}
 			}

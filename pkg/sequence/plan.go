@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,9 +80,14 @@ type Group struct {
 	// Revision identifies the members and their generations.
 	Revision string
 	Timeout  time.Duration
-	// OnTimeout and Readiness come from the group's policy.
+	// OnTimeout and Readiness come from the group's policy: that of the member that orders it.
 	OnTimeout wavev1.OnTimeout
 	Readiness wavev1.Readiness
+	// NamespaceReadiness holds, by namespace, the readiness settings of members whose own policy
+	// (none: the defaults) has other settings than Readiness: in a shared sequence the policies
+	// of two namespaces may define the group differently, and each member is judged by its own,
+	// by the waiter as by the status.
+	NamespaceReadiness map[string]wavev1.Readiness
 	// Open is true when every earlier group is released: the group's pods may run and its wait
 	// Job may start.
 	Open bool
@@ -136,6 +142,16 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 			byName[r.Group] = g
 		}
 		g.Members = append(g.Members, m)
+		var own wavev1.Readiness
+		if r.Policy != nil {
+			own = idx.Readiness(r.Policy.Policy)
+		}
+		if _, seen := g.NamespaceReadiness[m.Namespace]; !seen && !equality.Semantic.DeepEqual(own, g.Readiness) {
+			if g.NamespaceReadiness == nil {
+				g.NamespaceReadiness = map[string]wavev1.Readiness{}
+			}
+			g.NamespaceReadiness[m.Namespace] = own
+		}
 	}
 	// A policy that declares its groups can require them: an earlier required group blocks the
 	// later groups of the same policy even while it has no members. The policy is the one the

@@ -8,11 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
+	"wavegate.io/wavegate/pkg/waiter"
 )
 
 func m(group string, order int32, ns, name string, gen int64) Member {
@@ -272,5 +274,57 @@ func TestDisarmJobs(t *testing.T) {
 				t.Errorf("disarmed (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestPlanReadinessOfEachNamespace: the policies of namespaces a and b define group instances of a
+// shared sequence with different readiness settings, and namespace c's member has no policy. The
+// group takes its settings from the member that orders it (namespace a's), and the wait Job's
+// waiter is told the others' by namespace, so that it judges each member as the status does: by
+// its own. Whatever order the members are listed in.
+func TestPlanReadinessOfEachNamespace(t *testing.T) {
+	policies := []wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: wavev1.WavePolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+			Groups:            []wavev1.GroupSpec{{Name: "instances", Order: 2}},
+			Readiness:         wavev1.Readiness{LoadBalancerIngress: true}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Spec: wavev1.WavePolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}},
+			Groups:            []wavev1.GroupSpec{{Name: "instances", Order: 2}},
+			Readiness:         wavev1.Readiness{AssumeReadyWithoutConditions: true}}},
+	}
+	idx := policy.Compile(policies)
+	member := func(ns string) Member {
+		mb := m("instances", 2, ns, "w", 1)
+		mb.GVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+		if ns != "c" {
+			g, _ := idx.For(ns, map[string]string{"team": ns}, "platform").Group("instances")
+			mb.Resolution.Policy = &g
+		}
+		return mb
+	}
+	members := []Member{member("a"), member("b"), member("c")}
+	wantNamespaces := map[string]wavev1.Readiness{"b": {AssumeReadyWithoutConditions: true}, "c": {}}
+	for i := range members {
+		listed := append(slices.Clone(members[i:]), members[:i]...)
+		g := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+		if diff := cmp.Diff(wavev1.Readiness{LoadBalancerIngress: true}, g.Readiness); diff != "" {
+			t.Errorf("the group's readiness, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
+		}
+		if diff := cmp.Diff(wantNamespaces, g.NamespaceReadiness); diff != "" {
+			t.Errorf("the readiness by namespace, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
+		}
+		args, err := waiter.ParseArgs((&Reconciler{Image: "wavegate:test"}).waitJob("platform", g).Spec.Template.Spec.Containers[0].Args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantNamespaces, args.NamespaceReadiness); diff != "" {
+			t.Errorf("the waiter's readiness by namespace (-want,+got):\n%s", diff)
+		}
+	}
+	// One policy for every member: nothing by namespace.
+	same := Plan("platform", []Member{member("a"), member("a")}, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+	if same.NamespaceReadiness != nil {
+		t.Errorf("members of one policy got readiness by namespace: %v", same.NamespaceReadiness)
 	}
 }

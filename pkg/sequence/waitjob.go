@@ -277,7 +277,7 @@ func patchJSON(ctx context.Context, c client.Client, obj client.Object, ops ...p
 // waitJob builds the wait Job of a group's current revision, without a deadline: armJob sets it
 // when the group opens. It is built suspended (see createJob).
 func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
-	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness, Job: g.JobNamespace + "/" + g.JobName}
+	wa := waiter.Args{Sequence: seq, Group: g.Name, Readiness: g.Readiness, NamespaceReadiness: g.NamespaceReadiness, Job: g.JobNamespace + "/" + g.JobName}
 	var owners []metav1.OwnerReference
 	for _, m := range g.Members {
 		wa.Members = append(wa.Members, waiter.Member{GVR: m.GVR, Namespace: m.Namespace, Name: m.Name, UID: m.UID, Generation: m.Generation})

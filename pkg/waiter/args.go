@@ -3,6 +3,8 @@ package waiter
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/readiness"
 )
 
 // Command is the subcommand a wait Job runs.
@@ -25,6 +28,9 @@ type Args struct {
 	Job       string
 	Members   []Member
 	Readiness wavev1.Readiness
+	// NamespaceReadiness overrides Readiness for the members of a namespace: in a shared sequence
+	// each member is judged by the settings of its own namespace's policy.
+	NamespaceReadiness map[string]wavev1.Readiness
 	// Timeout bounds the wait when run by hand; wait Jobs leave it to activeDeadlineSeconds.
 	Timeout time.Duration
 }
@@ -41,6 +47,11 @@ func (a Args) Encode() []string {
 	if rd, err := json.Marshal(a.Readiness); err == nil && string(rd) != "{}" {
 		out = append(out, "--readiness", string(rd))
 	}
+	for _, ns := range slices.Sorted(maps.Keys(a.NamespaceReadiness)) {
+		if rd, err := json.Marshal(a.NamespaceReadiness[ns]); err == nil {
+			out = append(out, "--namespace-readiness", ns+"="+string(rd))
+		}
+	}
 	if a.Timeout > 0 {
 		out = append(out, "--timeout", a.Timeout.String())
 	}
@@ -49,8 +60,9 @@ func (a Args) Encode() []string {
 
 // RawArgs holds the flag values that Complete decodes.
 type RawArgs struct {
-	members   []string
-	readiness string
+	members            []string
+	readiness          string
+	namespaceReadiness []string
 }
 
 // AddFlags binds the flags of `wavegate wait` to a; call Complete after parsing.
@@ -61,6 +73,7 @@ func (a *Args) AddFlags(fs *pflag.FlagSet) *RawArgs {
 	fs.StringVar(&a.Job, "job", "", "the wait Job running this waiter (namespace/name), annotated "+keys.WaiterReadyAnnotation+" once the group is ready")
 	fs.StringArrayVar(&raw.members, "member", nil, "a member to wait for: group/version/resource/namespace/name, then /uid/generation of the planned object (repeatable)")
 	fs.StringVar(&raw.readiness, "readiness", "", "the policy's readiness settings as JSON")
+	fs.StringArrayVar(&raw.namespaceReadiness, "namespace-readiness", nil, "namespace=JSON: the readiness settings of the members of that namespace, when its policy's differ from --readiness (repeatable)")
 	fs.DurationVar(&a.Timeout, "timeout", 0, "give up after this long (exit 2)")
 	return raw
 }
@@ -86,7 +99,43 @@ func (a *Args) Complete(raw *RawArgs) error {
 			return fmt.Errorf("--readiness: %w", err)
 		}
 	}
+	a.NamespaceReadiness = nil
+	for _, v := range raw.namespaceReadiness {
+		ns, rd, ok := strings.Cut(v, "=")
+		if !ok {
+			return fmt.Errorf("--namespace-readiness %q is not namespace=JSON", v)
+		}
+		var parsed wavev1.Readiness
+		if err := json.Unmarshal([]byte(rd), &parsed); err != nil {
+			return fmt.Errorf("--namespace-readiness %s: %w", ns, err)
+		}
+		if a.NamespaceReadiness == nil {
+			a.NamespaceReadiness = map[string]wavev1.Readiness{}
+		}
+		a.NamespaceReadiness[ns] = parsed
+	}
 	return nil
+}
+
+// Checkers compiles the readiness settings: the checker of the members of namespaces without
+// their own, and those of the namespaces that have them.
+func (a Args) Checkers() (*readiness.Checker, map[string]*readiness.Checker, error) {
+	def, err := readiness.NewChecker(a.Readiness)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--readiness: %w", err)
+	}
+	var byNamespace map[string]*readiness.Checker
+	for ns, rd := range a.NamespaceReadiness {
+		c, err := readiness.NewChecker(rd)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--namespace-readiness %s: %w", ns, err)
+		}
+		if byNamespace == nil {
+			byNamespace = map[string]*readiness.Checker{}
+		}
+		byNamespace[ns] = c
+	}
+	return def, byNamespace, nil
 }
 
 // ParseArgs parses container arguments (Encode's output) back.

@@ -19,6 +19,13 @@ func TestArgsRoundTrip(t *testing.T) {
 		"the planned objects": {Sequence: "shop", Group: "web", Job: "shop/wavegate-wait-web-0123456789",
 			Members: []Member{{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web",
 				UID: "0b9ad5c6-4c1e-4d3e-9a51-3f1f0c0e6e2a", Generation: 7}}},
+		"readiness by namespace": {Sequence: "platform", Group: "instances",
+			Readiness: wavev1.Readiness{LoadBalancerIngress: true},
+			NamespaceReadiness: map[string]wavev1.Readiness{
+				"apps": {AssumeReadyWithoutConditions: true},
+				"ops":  {},
+				"":     {Rules: []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "self.status.ok"}}},
+			}},
 		"nothing but the group": {Sequence: "s", Group: "g"},
 		"a timeout by hand":     {Sequence: "s", Group: "g", Timeout: 90 * time.Second},
 	}
@@ -36,7 +43,8 @@ func TestArgsRoundTrip(t *testing.T) {
 	for _, bad := range [][]string{nil, {"status"}, {"wait", "--member", "not-a-member"}, {"wait", "--readiness", "{"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid"}, {"wait", "--member", "apps/v1/deployments/shop/web/uid/-1"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid/seven"},
-		{"wait", "--job", "no-namespace"}, {"wait", "--job", "shop/a/b"}} {
+		{"wait", "--job", "no-namespace"}, {"wait", "--job", "shop/a/b"},
+		{"wait", "--namespace-readiness", "apps"}, {"wait", "--namespace-readiness", "apps={"}} {
 		if _, err := ParseArgs(bad); err == nil {
 			t.Errorf("ParseArgs(%q) accepted garbage", bad)
 		}

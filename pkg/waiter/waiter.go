@@ -121,7 +121,9 @@ type Options struct {
 	// Job is the wait Job to mark ready (namespace/name; empty: none).
 	Job     string
 	Members []Member
-	Checker *readiness.Checker
+	// Checker judges the members; NamespaceCheckers, those of the namespaces listed there.
+	Checker           *readiness.Checker
+	NamespaceCheckers map[string]*readiness.Checker
 	// Timeout bounds the wait; zero means no bound (the Job's activeDeadlineSeconds still applies).
 	Timeout time.Duration
 	// Out receives the progress lines.
@@ -425,7 +427,11 @@ func evaluate(o Options, stores map[scope]cache.Store, env readiness.Env) (int, 
 			lines = append(lines, fmt.Sprintf("%s: generation %d, older than this wait Job's %d (an API server that has not seen the change yet)", m.display(), obj.GetGeneration(), m.Generation))
 			continue
 		}
-		res := o.Checker.CheckIn(obj, env)
+		checker := o.Checker
+		if c, ok := o.NamespaceCheckers[m.Namespace]; ok {
+			checker = c
+		}
+		res := checker.CheckIn(obj, env)
 		if res.Status == readiness.Ready {
 			ready++
 			continue

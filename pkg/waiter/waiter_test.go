@@ -361,3 +361,37 @@ func TestWaitMarksItsJobReady(t *testing.T) {
 			job.GetAnnotations()[keys.WaiterReadyAnnotation], out)
 	}
 }
+
+// In a shared sequence the policies of two namespaces may define one group with different
+// readiness settings: each member is judged by its own namespace's, not by those of the member
+// that orders the group, or a member its own policy calls not ready would release the group.
+func TestWaitJudgesEachNamespaceByItsOwnSettings(t *testing.T) {
+	strict, err := readiness.NewChecker(wavev1.Readiness{Rules: []wavev1.ReadinessRule{
+		{APIVersion: "v1", Kind: "ConfigMap", Current: `has(self.data) && has(self.data.ready) && self.data.ready == "true"`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lenientCM = `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: lenient}}`
+	members := []Member{{GVR: cms, Namespace: "lenient", Name: "c"}, {GVR: cms, Namespace: "strict", Name: "c"}}
+
+	out := newOutput("")
+	o := options(t, out, 2*time.Second, members...)
+	o.NamespaceCheckers = map[string]*readiness.Checker{"strict": strict}
+	err = Wait(context.Background(), newClient(t, lenientCM, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: strict}}`), o)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Wait() = %v, want ErrTimeout: the member of namespace strict is not ready by its own settings; output:\n%s", err, out)
+	}
+	if want := "configmaps/strict/c"; !strings.Contains(out.String(), want) {
+		t.Errorf("the output does not name %s, the member that is not ready:\n%s", want, out)
+	}
+
+	// The other way round: the group's settings are the strict ones, and namespace lenient's
+	// member is judged by its own.
+	out = newOutput("")
+	o = options(t, out, 10*time.Second, members...)
+	o.Checker, o.NamespaceCheckers = strict, map[string]*readiness.Checker{"lenient": o.Checker}
+	err = Wait(context.Background(), newClient(t, lenientCM, `{apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: strict}, data: {ready: "true"}}`), o)
+	if err != nil {
+		t.Fatalf("Wait() = %v, want nil: each member is ready by its own namespace's settings; output:\n%s", err, out)
+	}
+}

@@ -109,6 +109,59 @@ func TestDeclaredSharedSequence(t *testing.T) {
 	}).WithTimeout(timeout).Should(ContainElements(a, b, other), "a policy without a namespaceSelector applies to every opted-in namespace")
 }
 
+// TestSharedSequenceJudgesEachMemberByItsOwnPolicy: the policies of two namespaces of a declared
+// shared sequence define group svc with different readiness settings: namespace a's the defaults,
+// b's wants a LoadBalancer Service to have an address. The member that orders the group is a's
+// ConfigMap; b's Service, without an address, is not ready by its own policy, so the next group's
+// pod stays gated until the Service has one (the wait Job judged every member by a's settings,
+// and released it at once).
+func TestSharedSequenceJudgesEachMemberByItsOwnPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	team := "t" + rand.String(6)
+	shared := "platform-" + team
+	a, b := namespace(t), namespace(t)
+	byName := func(ns string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
+	for _, p := range []*wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+			Name: shared, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-a"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(a),
+			Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}, {Name: "web", Order: 2}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-b"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(b),
+			Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}}, Readiness: wavev1.Readiness{LoadBalancerIngress: true}}},
+	} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	}
+	for _, ns := range []string{a, b} {
+		n := &corev1.Namespace{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+		n.Labels["team"] = team
+		g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+	}
+	in := func(group string) map[string]string {
+		return withSequence(map[string]string{keys.GroupLabel: group}, shared)
+	}
+
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: a, Labels: in("svc")}}
+	g.Eventually(func() error { return env.Client.Create(ctx, settings) }).WithTimeout(timeout).Should(Succeed())
+	lb := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: b, Labels: in("svc")},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}
+	g.Eventually(func() error { return env.Client.Create(ctx, lb) }).WithTimeout(timeout).Should(Succeed())
+	web := deployment(a, "web", in("web"))
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, shared).Status.Summary }).WithTimeout(timeout).
+		Should(HavePrefix("svc 1/2 "), "the status judges the Service by its own namespace's policy")
+	expectGated(t, pod)
+
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
+	g.Expect(env.Client.Status().Update(ctx, lb)).To(Succeed())
+	eventuallyUngated(t, pod)
+}
+
 // TestNothingHappensOutsideOptedInNamespaces: labeled objects in a namespace that did not opt in get
 // no Sequence, wait Job, waiter RBAC or finalizer; a namespace that opts out is released and what
 // wavegate created for it goes away.
