@@ -80,7 +80,8 @@ type Group struct {
 	// Revision identifies the members and their generations.
 	Revision string
 	Timeout  time.Duration
-	// OnTimeout and Readiness come from the group's policy: that of the member that orders it.
+	// Readiness comes from the group's policy: that of the member that orders it. Timeout is the
+	// longest of its members' policies', and OnTimeout is Release only if all of them say so.
 	OnTimeout wavev1.OnTimeout
 	Readiness wavev1.Readiness
 	// NamespaceReadiness holds, by namespace, the readiness settings of members whose own policy
@@ -121,7 +122,10 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 	// policies of two namespaces in a shared sequence): admission sees one object at a time. The
 	// group takes the lowest, and its settings from the member giving it (then by reference), so
 	// that every plan of the same members, on the cache or on a consistent read, is the same
-	// whatever order they were listed in; the group's message says so.
+	// whatever order they were listed in; the group's message says so. Except where a setting of
+	// another member's policy is the stricter: each member is judged by its own readiness
+	// settings, the group waits as long as the longest timeout, and it is released on its timeout
+	// only if every member's policy says so.
 	members = slices.Clone(members)
 	slices.SortFunc(members, func(a, b Member) int {
 		return cmp.Or(cmp.Compare(a.Resolution.GroupOrder, b.Resolution.GroupOrder), strings.Compare(a.ref(), b.ref()))
@@ -132,19 +136,22 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		if o := orders[r.Group]; len(o) == 0 || o[len(o)-1] != r.GroupOrder {
 			orders[r.Group] = append(o, r.GroupOrder)
 		}
+		timeout, onTimeout, own := policy.DefaultTimeout, wavev1.OnTimeoutBlock, wavev1.Readiness{}
+		if r.Policy != nil {
+			timeout, onTimeout, own = r.Policy.Timeout, r.Policy.OnTimeout, idx.Readiness(r.Policy.Policy)
+		}
 		g, ok := byName[r.Group]
 		if !ok {
-			g = &Group{Name: r.Group, Order: r.GroupOrder, Timeout: policy.DefaultTimeout, OnTimeout: wavev1.OnTimeoutBlock}
+			g = &Group{Name: r.Group, Order: r.GroupOrder, Timeout: timeout, OnTimeout: onTimeout, Readiness: own}
 			if r.Policy != nil {
-				g.Timeout, g.OnTimeout, g.Required = r.Policy.Timeout, r.Policy.OnTimeout, r.Policy.Required
-				g.Readiness = idx.Readiness(r.Policy.Policy)
+				g.Required = r.Policy.Required
 			}
 			byName[r.Group] = g
 		}
 		g.Members = append(g.Members, m)
-		var own wavev1.Readiness
-		if r.Policy != nil {
-			own = idx.Readiness(r.Policy.Policy)
+		g.Timeout = max(g.Timeout, timeout)
+		if onTimeout != wavev1.OnTimeoutRelease {
+			g.OnTimeout = wavev1.OnTimeoutBlock
 		}
 		if _, seen := g.NamespaceReadiness[m.Namespace]; !seen && !equality.Semantic.DeepEqual(own, g.Readiness) {
 			if g.NamespaceReadiness == nil {

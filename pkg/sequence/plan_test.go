@@ -328,3 +328,53 @@ func TestPlanReadinessOfEachNamespace(t *testing.T) {
 		t.Errorf("members of one policy got readiness by namespace: %v", same.NamespaceReadiness)
 	}
 }
+
+// TestPlanTimeoutOfEachNamespace: the policies of two namespaces of a shared sequence give group
+// instances different timeouts. The group waits as long as the longest, and is released on its
+// timeout only if every member's policy says so (a member without a policy: the defaults, 10
+// minutes and Block), whichever member orders it and whatever order they are listed in.
+func TestPlanTimeoutOfEachNamespace(t *testing.T) {
+	group := func(ns string, timeout time.Duration, onTimeout wavev1.OnTimeout) wavev1.WavePolicy {
+		return wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: wavev1.WavePolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": ns}},
+			Groups:            []wavev1.GroupSpec{{Name: "instances", Order: 2, Timeout: &metav1.Duration{Duration: timeout}, OnTimeout: onTimeout}}}}
+	}
+	idx := policy.Compile([]wavev1.WavePolicy{
+		group("fast", time.Minute, wavev1.OnTimeoutRelease), group("slow", 5*time.Minute, wavev1.OnTimeoutRelease),
+		group("strict", 2*time.Minute, wavev1.OnTimeoutBlock)})
+	member := func(ns string) Member {
+		mb := m("instances", 2, ns, "w", 1)
+		if ns != "none" {
+			g, _ := idx.For(ns, map[string]string{"team": ns}, "platform").Group("instances")
+			mb.Resolution.Policy = &g
+		}
+		return mb
+	}
+	type settings struct {
+		Timeout   time.Duration
+		OnTimeout wavev1.OnTimeout
+	}
+	cases := map[string]struct {
+		namespaces []string
+		want       settings
+	}{
+		"all release: the longest timeout":       {[]string{"fast", "slow"}, settings{5 * time.Minute, wavev1.OnTimeoutRelease}},
+		"one blocks: block":                      {[]string{"fast", "strict"}, settings{2 * time.Minute, wavev1.OnTimeoutBlock}},
+		"a member without a policy: the default": {[]string{"fast", "none"}, settings{10 * time.Minute, wavev1.OnTimeoutBlock}},
+		"one policy":                             {[]string{"fast", "fast"}, settings{time.Minute, wavev1.OnTimeoutRelease}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, first := range []int{0, 1} {
+				listed := []Member{member(tc.namespaces[first]), member(tc.namespaces[1-first])}
+				if tc.namespaces[0] == tc.namespaces[1] {
+					listed[1].Name = "w2"
+				}
+				g := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+				if diff := cmp.Diff(tc.want, settings{g.Timeout, g.OnTimeout}); diff != "" {
+					t.Errorf("members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
+				}
+			}
+		})
+	}
+}
