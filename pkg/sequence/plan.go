@@ -86,8 +86,9 @@ type Group struct {
 	Readiness wavev1.Readiness
 	// NamespaceReadiness holds, by namespace, the readiness settings of members whose own policy
 	// (none: the defaults) has other settings than Readiness: in a shared sequence the policies
-	// of two namespaces may define the group differently, and each member is judged by its own,
-	// by the waiter as by the status.
+	// of two namespaces may define the group differently, and the waiter judges each member by its
+	// own, as the status does (checker). One entry per namespace is enough: the members of one
+	// group in one namespace resolve to the same policy (policy.Index.For).
 	NamespaceReadiness map[string]wavev1.Readiness
 	// Open is true when every earlier group is released: the group's pods may run and its wait
 	// Job may start.
@@ -161,24 +162,31 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 		}
 	}
 	// A policy that declares its groups can require them: an earlier required group blocks the
-	// later groups of the same policy even while it has no members. The policy is the one the
-	// group's members resolved to, which may select namespaces.
+	// later groups of the same policy even while it has no members. The policies are those the
+	// group's members resolved to, which may select namespaces: in a shared sequence, each
+	// namespace's policy requires its own groups.
 	for _, g := range groupsOf(byName) {
-		var pol string
+		var pols []string
 		for _, m := range g.Members {
-			if m.Resolution.Policy != nil {
-				pol = m.Resolution.Policy.Policy
-				break
+			if m.Resolution.Policy != nil && !slices.Contains(pols, m.Resolution.Policy.Policy) {
+				pols = append(pols, m.Resolution.Policy.Policy)
 			}
 		}
-		if pol == "" {
-			continue
-		}
-		for _, req := range idx.PolicyGroups(pol) {
-			if req.Required && req.Order < g.Order {
-				if _, ok := byName[req.Name]; !ok {
+		slices.Sort(pols)
+		for _, pol := range pols {
+			for _, req := range idx.PolicyGroups(pol) {
+				if !req.Required || req.Order >= g.Order {
+					continue
+				}
+				if r, ok := byName[req.Name]; !ok {
 					byName[req.Name] = &Group{Name: req.Name, Order: req.Order, Required: true, Timeout: req.Timeout,
 						OnTimeout: req.OnTimeout, Readiness: idx.Readiness(req.Policy)}
+				} else if len(r.Members) == 0 {
+					// Required by two policies, and without members yet: as for members' settings.
+					r.Order, r.Timeout = min(r.Order, req.Order), max(r.Timeout, req.Timeout)
+					if req.OnTimeout != wavev1.OnTimeoutRelease {
+						r.OnTimeout = wavev1.OnTimeoutBlock
+					}
 				}
 			}
 		}

@@ -323,7 +323,9 @@ func TestPlanReadinessOfEachNamespace(t *testing.T) {
 		}
 	}
 	// One policy for every member: nothing by namespace.
-	same := Plan("platform", []Member{member("a"), member("a")}, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+	other := member("a")
+	other.Name, other.UID = "w2", "w2"
+	same := Plan("platform", []Member{member("a"), other}, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
 	if same.NamespaceReadiness != nil {
 		t.Errorf("members of one policy got readiness by namespace: %v", same.NamespaceReadiness)
 	}
@@ -376,5 +378,34 @@ func TestPlanTimeoutOfEachNamespace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlanRequiredByEachNamespace: in a shared sequence, namespace b's policy requires group db
+// before web, namespace a's defines web alone. Group web has members in both; whichever orders it
+// (a's, whose reference sorts first), web waits for db while db has no members: each member's
+// policy requires its own groups. Before, only the policy of the member that orders the group
+// counted, so b's pods went ahead of the database b requires.
+func TestPlanRequiredByEachNamespace(t *testing.T) {
+	idx := policy.Compile([]wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: wavev1.WavePolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+			Groups:            []wavev1.GroupSpec{{Name: "web", Order: 2}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Spec: wavev1.WavePolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "b"}},
+			Groups:            []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}}},
+	})
+	member := func(ns string) Member {
+		mb := m("web", 2, ns, "web", 1)
+		g, _ := idx.For(ns, map[string]string{"team": ns}, "platform").Group("web")
+		mb.Resolution.Policy = &g
+		return mb
+	}
+	want := []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}
+	for _, listed := range [][]Member{{member("a"), member("b")}, {member("b"), member("a")}} {
+		got := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+		if diff := cmp.Diff(want, phases(got)); diff != "" {
+			t.Errorf("Plan, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
+		}
 	}
 }

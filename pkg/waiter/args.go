@@ -138,13 +138,16 @@ func (a Args) Checkers() (*readiness.Checker, map[string]*readiness.Checker, err
 	return def, byNamespace, nil
 }
 
-// ParseArgs parses container arguments (Encode's output) back.
+// ParseArgs parses container arguments (Encode's output) back. Flags it does not know are
+// skipped: a Job made by a newer manager (before a rollback, or beside it during a rolling update)
+// still gets its waiter's access and is resumed. The waiter itself refuses them.
 func ParseArgs(args []string) (Args, error) {
 	if len(args) == 0 || args[0] != Command {
 		return Args{}, fmt.Errorf("not a %q command: %v", Command, args)
 	}
 	var a Args
 	fs := pflag.NewFlagSet(Command, pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
 	raw := a.AddFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {
 		return Args{}, err

@@ -40,6 +40,12 @@ func TestArgsRoundTrip(t *testing.T) {
 			}
 		})
 	}
+	// A flag of a newer manager is skipped, with its value.
+	newer := append(Args{Sequence: "s", Group: "g", Members: []Member{{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		Namespace: "shop", Name: "web"}}}.Encode(), "--from-the-future", "x", "--other=y")
+	if got, err := ParseArgs(newer); err != nil || got.Group != "g" || len(got.Members) != 1 {
+		t.Errorf("ParseArgs(%q) = %+v, %v; want the known flags parsed and the others skipped", newer, got, err)
+	}
 	for _, bad := range [][]string{nil, {"status"}, {"wait", "--member", "not-a-member"}, {"wait", "--readiness", "{"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid"}, {"wait", "--member", "apps/v1/deployments/shop/web/uid/-1"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid/seven"},

@@ -157,6 +157,7 @@ func TestSharedSequenceJudgesEachMemberByItsOwnPolicy(t *testing.T) {
 		Should(HavePrefix("svc 1/2 "), "the status judges the Service by its own namespace's policy")
 	expectGated(t, pod)
 
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(lb), lb)).To(Succeed())
 	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
 	g.Expect(env.Client.Status().Update(ctx, lb)).To(Succeed())
 	eventuallyUngated(t, pod)
