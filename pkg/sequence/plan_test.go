@@ -1,6 +1,8 @@
 package sequence
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -406,6 +408,60 @@ func TestPlanRequiredByEachNamespace(t *testing.T) {
 		got := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
 		if diff := cmp.Diff(want, phases(got)); diff != "" {
 			t.Errorf("Plan, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
+		}
+	}
+}
+
+// TestPlanIsTheSameWhateverTheListingOrder: random shared sequences whose namespaces' policies
+// define the same groups with random orders, timeouts, onTimeout, readiness and required groups.
+// The controller plans on its cache and again on a consistent read, which list the members in
+// different orders: the two plans must be the same, in every setting a group takes from several
+// members' policies.
+func TestPlanIsTheSameWhateverTheListingOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 24))
+	namespaces := []string{"a", "b", "c", "d"}
+	for run := range 300 {
+		var policies []wavev1.WavePolicy
+		for _, ns := range namespaces[:3] { // namespace d has no policy: the defaults
+			var groups []wavev1.GroupSpec
+			for i, name := range []string{"g0", "g1", "g2", "g3"} {
+				if rng.IntN(4) == 0 {
+					continue
+				}
+				gs := wavev1.GroupSpec{Name: name, Order: int32(i*10 + rng.IntN(3)), Required: rng.IntN(3) == 0,
+					Timeout: &metav1.Duration{Duration: time.Duration(1+rng.IntN(5)) * time.Minute}}
+				if rng.IntN(2) == 0 {
+					gs.OnTimeout = wavev1.OnTimeoutRelease
+				}
+				groups = append(groups, gs)
+			}
+			policies = append(policies, wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: wavev1.WavePolicySpec{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": ns}},
+				Groups:            groups,
+				Readiness:         wavev1.Readiness{AssumeReadyWithoutConditions: rng.IntN(2) == 0, LoadBalancerIngress: rng.IntN(2) == 0}}})
+		}
+		idx := policy.Compile(policies)
+		var members []Member
+		for i := range 2 + rng.IntN(8) {
+			ns := namespaces[rng.IntN(len(namespaces))]
+			name := fmt.Sprintf("g%d", rng.IntN(4))
+			mb := m(name, 0, ns, fmt.Sprintf("m%d", i), 1)
+			if g, ok := idx.For(ns, map[string]string{"team": ns}, "platform").Group(name); ok {
+				mb.Resolution.Policy, mb.Resolution.GroupOrder = &g, g.Order
+			} else {
+				mb.Resolution.GroupOrder = int32(rng.IntN(40))
+			}
+			members = append(members, mb)
+		}
+		jobs := func(_, name string) JobState { return JobState(len(name) % 3) } // some Missing, Running, Complete
+		want := Plan("platform", members, idx, jobs, "wavegate-system")
+		for range 5 {
+			listed := slices.Clone(members)
+			rng.Shuffle(len(listed), func(i, j int) { listed[i], listed[j] = listed[j], listed[i] })
+			got := Plan("platform", listed, idx, jobs, "wavegate-system")
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("run %d: the plan depends on the listing order (-first,+shuffled):\n%s", run, diff)
+			}
 		}
 	}
 }
