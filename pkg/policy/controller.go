@@ -121,7 +121,8 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		cond.Message = strings.Join(conflicts, "; ") + ": members of these groups are denied until the policies agree"
 	} else if _, err := readiness.NewChecker(p.Spec.Readiness); err != nil {
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonInvalidReadiness
-		cond.Message = fmt.Sprintf("spec.%v: fix the expression; until then the default readiness rules apply", err)
+		cond.Message = fmt.Sprintf("spec.%v: fix the expression; until then the waiters of this policy's groups stop on it, "+
+			"so those groups are not released and later groups stay gated (then delete their failed wait Jobs)", err)
 	}
 	before := p.DeepCopy()
 	p.Status.ObservedGeneration = p.Generation

@@ -1,6 +1,7 @@
 package waiter
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,32 @@ func TestArgsRoundTrip(t *testing.T) {
 		if _, err := ParseArgs(bad); err == nil {
 			t.Errorf("ParseArgs(%q) accepted garbage", bad)
 		}
+	}
+}
+
+// Rules that do not compile stop the waiter, naming the flag and the namespace, whichever
+// member's policy has them: a group is never judged by rules its policy did not mean.
+func TestCheckersRefuseRulesThatDoNotCompile(t *testing.T) {
+	bad := wavev1.Readiness{Rules: []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "self.status.("}}}
+	for name, tc := range map[string]struct {
+		args Args
+		want string
+	}{
+		"the group's":      {Args{Readiness: bad}, "--readiness"},
+		"a namespace's":    {Args{NamespaceReadiness: map[string]wavev1.Readiness{"apps": {}, "ops": bad}}, "--namespace-readiness ops"},
+		"none of them bad": {Args{Readiness: wavev1.Readiness{LoadBalancerIngress: true}, NamespaceReadiness: map[string]wavev1.Readiness{"apps": {}}}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			def, byNamespace, err := tc.args.Checkers()
+			if tc.want == "" {
+				if err != nil || def == nil || byNamespace["apps"] == nil {
+					t.Fatalf("Checkers() = %v, %v, %v; want both checkers", def, byNamespace, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Checkers() error = %v; want one naming %s", err, tc.want)
+			}
+		})
 	}
 }

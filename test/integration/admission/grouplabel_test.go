@@ -145,6 +145,6 @@ func TestInvalidReadinessRuleIsReported(t *testing.T) {
 		c := meta.FindStatusCondition(p.Status.Conditions, policy.ConditionReady)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Reason).To(Equal(policy.ReasonInvalidReadiness))
-		g.Expect(c.Message).To(ContainSubstring("spec.readiness.rules[0].current"))
+		g.Expect(c.Message).To(And(ContainSubstring("spec.readiness.rules[0].current"), ContainSubstring("stop on it")))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 }
