@@ -51,7 +51,7 @@ func NewWaitCommand(newClient func() (dynamic.Interface, error), out io.Writer) 
 			if err != nil {
 				return &exitError{waiter.ExitError, err}
 			}
-			o := waiter.Options{Sequence: a.Sequence, Group: a.Group, Job: a.Job, Members: a.Members, Checker: checker, NamespaceCheckers: byNamespace, Timeout: a.Timeout, Out: out}
+			o := waiter.Options{Sequence: a.Sequence, Group: a.Group, Job: a.Job, Fingerprint: a.Fingerprint(), Members: a.Members, Checker: checker, NamespaceCheckers: byNamespace, Timeout: a.Timeout, Out: out}
 			if err := waiter.Wait(cmd.Context(), client, o); err != nil {
 				return &exitError{waiter.ExitCode(err), err}
 			}

@@ -38,6 +38,13 @@ const (
 	// with nanoseconds), written by the waiter itself: the same evidence as its pod's exit 0, without
 	// waiting for the kubelet to notice the exit (its PLEG relists containers every second).
 	WaiterReadyAnnotation = Domain + "/waiter-ready-at"
+	// WaiterCheckedAnnotation is written with WaiterReadyAnnotation: the fingerprint of what the
+	// waiter judged (waiter.Args.Fingerprint). A mark counts only when it matches the Job's own
+	// arguments: a Job replaced under the same name may still have the old one's waiter running.
+	WaiterCheckedAnnotation = Domain + "/waiter-checked"
+	// WaitOpenedAnnotation on a wait Job records when its group opened (RFC 3339 with
+	// nanoseconds), written when the Job is armed, so that a changed timeout is counted from then.
+	WaitOpenedAnnotation = Domain + "/opened-at"
 	// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
 	WaiterRBACLabel = Domain + "/waiter-rbac"
 

@@ -155,7 +155,8 @@ func TestChainEventsLinear(t *testing.T) {
 	r := &Reconciler{Recorder: rec}
 	for released := range n + 1 {
 		// The groups before released are complete, the open one's Job runs, the others have none.
-		jobs := func(_, job string) JobState {
+		jobs := func(g *Group) JobState {
+			job := g.JobName
 			for i := range min(released+1, n) {
 				if job == JobName("shop", ms[i].Resolution.Group, revision(ms[i:i+1])) {
 					return map[bool]JobState{true: JobComplete, false: JobRunning}[i < released]

@@ -111,8 +111,9 @@ type Group struct {
 	JobRefused bool
 }
 
-// JobStates looks up the state of a wait Job by namespace and name.
-type JobStates func(namespace, name string) JobState
+// JobStates looks up the state of a group's wait Job (JobNamespace and JobName), given the rest
+// of the group's plan: the waiter of a Job must judge by the group's readiness settings.
+type JobStates func(g *Group) JobState
 
 // Plan decides, for one sequence, each group's revision and wait Job, whether it is released and
 // whether it is open. It is a pure function of its inputs: the controller runs it on its cache and,
@@ -202,7 +203,7 @@ func Plan(seq string, members []Member, idx *policy.Index, jobs JobStates, fallb
 			// group whose members did not change stays released when an earlier group changes.
 			g.JobNamespace = jobNamespace(g.Members, fallbackNamespace)
 			g.JobName = JobName(seq, g.Name, g.Revision)
-			g.JobState = jobs(g.JobNamespace, g.JobName)
+			g.JobState = jobs(g)
 			g.Released = g.JobState == JobComplete || g.JobState == JobTimedOut && g.OnTimeout == wavev1.OnTimeoutRelease
 		}
 		switch {

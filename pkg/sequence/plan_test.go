@@ -20,7 +20,7 @@ import (
 )
 
 func m(group string, order int32, ns, name string, gen int64) Member {
-	return Member{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name, UID: types.UID(name), Generation: gen,
+	return Member{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: name, UID: types.UID(name), Generation: gen,
 		Resolution: &resolve.Resolution{Group: group, GroupOrder: order}}
 }
 
@@ -43,7 +43,8 @@ func phases(gs []*Group) []phase {
 func TestPlan(t *testing.T) {
 	members := []Member{m("web", 3, "shop", "web", 1), m("db", 1, "shop", "db", 1), m("migrate", 2, "shop", "migrate", 1)}
 	states := func(state map[string]JobState) JobStates {
-		return func(_, name string) JobState {
+		return func(g *Group) JobState {
+			name := g.JobName
 			for g, s := range state {
 				if name == JobName("shop", g, revision([]Member{byGroup(members, g)})) {
 					return s
@@ -120,7 +121,7 @@ func TestPlanGroupOrderMembersDisagreeOn(t *testing.T) {
 	want := []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, true}}
 	for i := range members {
 		listed := append(slices.Clone(members[i:]), members[:i]...)
-		got := Plan("shop", listed, nil, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+		got := Plan("shop", listed, nil, func(*Group) JobState { return JobMissing }, "wavegate-system")
 		if diff := cmp.Diff(want, phases(got)); diff != "" {
 			t.Errorf("Plan of %v (-want,+got):\n%s", listed, diff)
 		}
@@ -191,7 +192,7 @@ func TestArmDeadline(t *testing.T) {
 // or next; it is armed only when the opener's consistent read opens the group too.
 func TestStartAndArmJobs(t *testing.T) {
 	members := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1), m("ui", 3, "shop", "ui", 1)}
-	cached := Plan("shop", members, nil, func(string, string) JobState { return JobMissing }, "wavegate-system")
+	cached := Plan("shop", members, nil, func(*Group) JobState { return JobMissing }, "wavegate-system")
 	names := func(gs []*Group) []string {
 		var out []string
 		for _, g := range gs {
@@ -260,7 +261,8 @@ func TestDisarmJobs(t *testing.T) {
 			[]string{"web"}, []string{"web"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			plan := Plan("shop", members, nil, func(_, name string) JobState {
+			plan := Plan("shop", members, nil, func(g *Group) JobState {
+				name := g.JobName
 				for g, s := range tc.state {
 					if strings.HasPrefix(name, "wavegate-wait-"+g+"-") {
 						return s
@@ -309,7 +311,7 @@ func TestPlanReadinessOfEachNamespace(t *testing.T) {
 	wantNamespaces := map[string]wavev1.Readiness{"b": {AssumeReadyWithoutConditions: true}, "c": {}}
 	for i := range members {
 		listed := append(slices.Clone(members[i:]), members[:i]...)
-		g := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+		g := Plan("platform", listed, idx, func(*Group) JobState { return JobMissing }, "wavegate-system")[0]
 		if diff := cmp.Diff(wavev1.Readiness{LoadBalancerIngress: true}, g.Readiness); diff != "" {
 			t.Errorf("the group's readiness, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
 		}
@@ -327,7 +329,7 @@ func TestPlanReadinessOfEachNamespace(t *testing.T) {
 	// One policy for every member: nothing by namespace.
 	other := member("a")
 	other.Name, other.UID = "w2", "w2"
-	same := Plan("platform", []Member{member("a"), other}, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+	same := Plan("platform", []Member{member("a"), other}, idx, func(*Group) JobState { return JobMissing }, "wavegate-system")[0]
 	if same.NamespaceReadiness != nil {
 		t.Errorf("members of one policy got readiness by namespace: %v", same.NamespaceReadiness)
 	}
@@ -374,7 +376,7 @@ func TestPlanTimeoutOfEachNamespace(t *testing.T) {
 				if tc.namespaces[0] == tc.namespaces[1] {
 					listed[1].Name = "w2"
 				}
-				g := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")[0]
+				g := Plan("platform", listed, idx, func(*Group) JobState { return JobMissing }, "wavegate-system")[0]
 				if diff := cmp.Diff(tc.want, settings{g.Timeout, g.OnTimeout}); diff != "" {
 					t.Errorf("members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
 				}
@@ -405,7 +407,7 @@ func TestPlanRequiredByEachNamespace(t *testing.T) {
 	}
 	want := []phase{{"db", wavev1.GroupWaiting, true, false, false}, {"web", wavev1.GroupPending, false, false, false}}
 	for _, listed := range [][]Member{{member("a"), member("b")}, {member("b"), member("a")}} {
-		got := Plan("platform", listed, idx, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+		got := Plan("platform", listed, idx, func(*Group) JobState { return JobMissing }, "wavegate-system")
 		if diff := cmp.Diff(want, phases(got)); diff != "" {
 			t.Errorf("Plan, members listed from %s (-want,+got):\n%s", listed[0].Namespace, diff)
 		}
@@ -438,7 +440,7 @@ func TestPlanIsTheSameWhateverTheListingOrder(t *testing.T) {
 			policies = append(policies, wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: ns}, Spec: wavev1.WavePolicySpec{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": ns}},
 				Groups:            groups,
-				Readiness:         wavev1.Readiness{AssumeReadyWithoutConditions: rng.IntN(2) == 0, LoadBalancerIngress: rng.IntN(2) == 0}}})
+				Readiness:         randomReadiness(rng)}})
 		}
 		idx := policy.Compile(policies)
 		var members []Member
@@ -453,8 +455,14 @@ func TestPlanIsTheSameWhateverTheListingOrder(t *testing.T) {
 			}
 			members = append(members, mb)
 		}
-		jobs := func(_, name string) JobState { return JobState(len(name) % 3) } // some Missing, Running, Complete
+		jobs := func(g *Group) JobState { return JobState(len(g.JobName) % 3) } // some Missing, Running, Complete
 		want := Plan("platform", members, idx, jobs, "wavegate-system")
+		for _, g := range want {
+			// A wait Job made for the group judges by its settings: else each pass would replace it.
+			if g.JobName != "" && staleWaiter((&Reconciler{Image: "wavegate:test"}).waitJob("platform", g), g) {
+				t.Fatalf("run %d: the wait Job made for group %s does not judge by the group's settings: it would be replaced for ever", run, g.Name)
+			}
+		}
 		for range 5 {
 			listed := slices.Clone(members)
 			rng.Shuffle(len(listed), func(i, j int) { listed[i], listed[j] = listed[j], listed[i] })
@@ -464,4 +472,16 @@ func TestPlanIsTheSameWhateverTheListingOrder(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomReadiness is a policy's readiness settings, some of them empty.
+func randomReadiness(rng *rand.Rand) wavev1.Readiness {
+	rd := wavev1.Readiness{AssumeReadyWithoutConditions: rng.IntN(2) == 0, LoadBalancerIngress: rng.IntN(2) == 0}
+	switch rng.IntN(3) {
+	case 0:
+		rd.Rules = []wavev1.ReadinessRule{}
+	case 1:
+		rd.Rules = []wavev1.ReadinessRule{{APIVersion: "example.com/v1", Kind: "Widget", Current: "self.status.phase == 'Ready'"}}
+	}
+	return rd
 }

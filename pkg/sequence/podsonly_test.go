@@ -33,7 +33,8 @@ import (
 
 // planOf plans the shop sequence with the wait Jobs of the released groups complete.
 func planOf(ms []Member, released ...string) []*Group {
-	return Plan("shop", ms, nil, func(_, name string) JobState {
+	return Plan("shop", ms, nil, func(g *Group) JobState {
+		name := g.JobName
 		for _, mem := range ms {
 			if slices.Contains(released, mem.Resolution.Group) && name == JobName("shop", mem.Resolution.Group, revision([]Member{mem})) {
 				return JobComplete
@@ -301,7 +302,8 @@ func TestWriteStatusReportsPodsOfGroupsWithoutMembers(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
-		plan := Plan(seq, []Member{db}, nil, func(_, name string) JobState {
+		plan := Plan(seq, []Member{db}, nil, func(g *Group) JobState {
+			name := g.JobName
 			if slices.Contains(st.released, "database") && name == JobName(seq, "database", revision([]Member{db})) {
 				return JobComplete
 			}
@@ -357,7 +359,7 @@ func seriesOf(t *testing.T, c prometheus.Collector, seq string) int {
 // released, not the first one of the sequence.
 func TestPodsOnlyMessageNamesTheGroupRightBefore(t *testing.T) {
 	members := []Member{m("database", 1, "shop", "db", 1), m("migrate", 2, "shop", "migrate", 1)}
-	plan := Plan("shop", members, nil, func(_, _ string) JobState { return JobMissing }, "wavegate-system")
+	plan := Plan("shop", members, nil, func(*Group) JobState { return JobMissing }, "wavegate-system")
 	for _, c := range []struct {
 		name  string
 		order int32

@@ -101,7 +101,8 @@ func (w *simWorld) toMembers(ms []*simMember) []Member {
 }
 
 func (w *simWorld) plan(ms []*simMember) []*Group {
-	return Plan(w.seq, w.toMembers(ms), w.idx, func(_, name string) JobState {
+	return Plan(w.seq, w.toMembers(ms), w.idx, func(g *Group) JobState {
+		name := g.JobName
 		if s, ok := w.jobs[name]; ok {
 			return s
 		}

@@ -168,11 +168,11 @@ func planRefused(seq string, members []Member, idx *policy.Index, jobs JobStates
 		return plan
 	}
 	timedOut := map[string]bool{}
-	states := func(namespace, name string) JobState {
-		if timedOut[namespace+"/"+name] {
+	states := func(g *Group) JobState {
+		if timedOut[jobKey(g)] {
 			return JobTimedOut
 		}
-		return jobs(namespace, name)
+		return jobs(g)
 	}
 	for more := true; more; {
 		more = false

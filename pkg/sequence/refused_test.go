@@ -49,7 +49,7 @@ func TestPlanRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ms := members(tc.onTimeout)
 			refused := map[string]time.Time{jobOf(ms, tc.group): now.Add(-tc.refusedFor)}
-			plan := planRefused("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system", refused, now)
+			plan := planRefused("shop", ms, nil, func(*Group) JobState { return JobMissing }, "wavegate-system", refused, now)
 			if diff := cmp.Diff(tc.want, phases(plan)); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
@@ -93,7 +93,7 @@ func TestPlanRefusedChain(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			refused := map[string]time.Time{job("db"): now.Add(-2 * time.Minute), job("web"): now.Add(-tc.webRefusedFor)}
-			plan := planRefused("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system", refused, now)
+			plan := planRefused("shop", ms, nil, func(*Group) JobState { return JobMissing }, "wavegate-system", refused, now)
 			if diff := cmp.Diff(tc.want, phases(plan)); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}

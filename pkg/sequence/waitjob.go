@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,7 +46,12 @@ func (r *Reconciler) succeededWaiters(ctx context.Context, seq string, jobs []ba
 	out := map[types.UID]time.Time{}
 	for i := range jobs {
 		// Only a time counts: anything else is not what a waiter writes (its pod's exit still counts).
-		if at, err := time.Parse(time.RFC3339Nano, jobs[i].Annotations[keys.WaiterReadyAnnotation]); err == nil {
+		// And only from a waiter of the Job's own arguments (see waiter.Args.Fingerprint).
+		at, err := time.Parse(time.RFC3339Nano, jobs[i].Annotations[keys.WaiterReadyAnnotation])
+		if err != nil {
+			continue
+		}
+		if a, ok := waiterArgs(&jobs[i]); ok && jobs[i].Annotations[keys.WaiterCheckedAnnotation] == a.Fingerprint() {
 			out[jobs[i].UID] = at
 		}
 	}
@@ -94,20 +100,45 @@ func jobsByKey(jobs []batchv1.Job) map[string]*batchv1.Job {
 // finds its group ready a moment before the group's timeout exits 0, but the Job controller, which
 // hears of the exit a second or two later, checks the deadline first and fails the Job with
 // DeadlineExceeded. The group was ready, and stays released.
+//
+// Except a running Job whose waiter judges by other readiness settings than the group's now (a
+// policy changed them while the group waited, or the Job is older than per-namespace settings):
+// its waiter's success releases nothing, and deleteStaleJobs replaces the Job. A Job the Job
+// controller marked complete stands: a group released stays released when its policy changes.
 func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates {
 	byKey := jobsByKey(jobs)
-	return func(ns, name string) JobState {
-		j, ok := byKey[ns+"/"+name]
+	return func(g *Group) JobState {
+		j, ok := byKey[g.JobNamespace+"/"+g.JobName]
 		if !ok {
 			return JobMissing
 		}
 		s := StateOf(j)
-		if _, ok := succeeded[j.UID]; ok && s != JobFailed {
+		if _, ok := succeeded[j.UID]; ok && s != JobFailed && (s != JobRunning || !staleWaiter(j, g)) {
 			// A waiter that found a member failed for good never succeeds: JobFailed stands.
 			return JobComplete
 		}
 		return s
 	}
+}
+
+// waiterArgs parses the arguments a wait Job runs its waiter with (false: none that parse).
+func waiterArgs(j *batchv1.Job) (waiter.Args, bool) {
+	for _, c := range j.Spec.Template.Spec.Containers {
+		if c.Name == WaiterContainer {
+			a, err := waiter.ParseArgs(c.Args)
+			return a, err == nil
+		}
+	}
+	return waiter.Args{}, false
+}
+
+// staleWaiter reports whether a wait Job's waiter judges the group's members by other readiness
+// settings than the group's (or cannot be read). The members are the same: the Job's name comes
+// from the group's revision.
+func staleWaiter(j *batchv1.Job, g *Group) bool {
+	a, ok := waiterArgs(j)
+	return !ok || !equality.Semantic.DeepEqual(a.Readiness, g.Readiness) ||
+		!equality.Semantic.DeepEqual(a.NamespaceReadiness, g.NamespaceReadiness)
 }
 
 // StateOf reads a wait Job's state from its conditions. The Job controller fails a wait Job with
@@ -330,11 +361,21 @@ func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []
 	for i := range jobs {
 		j := &jobs[i]
 		g, ok := current[j.Namespace+"/"+j.Name]
-		if j.DeletionTimestamp != nil || ok && (g.Open || g.Prestart || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds != nil) {
+		if j.DeletionTimestamp != nil {
+			continue
+		}
+		// A running Job whose waiter judges by readiness settings the group no longer has is
+		// replaced: the next pass creates the group's Job again, with the settings it has now.
+		replaced := ok && StateOf(j) == JobRunning && staleWaiter(j, g)
+		if ok && !replaced && (g.Open || g.Prestart || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds != nil) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting stale wait Job %s: %w", klog.KObj(j), err)
+		}
+		if replaced {
+			ctrl.LoggerFrom(ctx).Info("Replacing wait Job", "job", klog.KObj(j), "group", g.Name,
+				"reason", "its group's readiness settings changed while it waited: a waiter with the new ones replaces it")
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/teardown"
 	"wavegate.io/wavegate/pkg/waiter"
@@ -121,14 +122,39 @@ func TestSucceededWaitersOnlyInTheJobsNamespace(t *testing.T) {
 // next PLEG relist, up to a second later.
 func TestSucceededWaiterMarkedItsJob(t *testing.T) {
 	at := time.Date(2026, 11, 24, 8, 0, 0, 123456789, time.UTC)
-	marked := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait", Namespace: "shop", UID: "marked",
-		Annotations: map[string]string{keys.WaiterReadyAnnotation: at.Format(time.RFC3339Nano)}}}
-	running := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait-2", Namespace: "shop", UID: "running"}}
-	// Not a time: not what a waiter writes.
-	garbage := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wait-3", Namespace: "shop", UID: "garbage",
-		Annotations: map[string]string{keys.WaiterReadyAnnotation: "yes"}}}
-	r := &Reconciler{WaitPods: listOnly{r: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()}}
-	got, err := r.succeededWaiters(context.Background(), "shop", []batchv1.Job{marked, running, garbage})
+	r := &Reconciler{Image: "wavegate:test", WaitPods: listOnly{r: fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()}}
+	// A wait Job as the manager makes it, marked by a waiter that judged fingerprint.
+	job := func(uid types.UID, rd wavev1.Readiness, mark, fingerprint string) batchv1.Job {
+		j := r.waitJob("shop", &Group{Name: "db", JobNamespace: "shop", JobName: "wait-" + string(uid), Readiness: rd})
+		j.UID = uid
+		if mark != "" {
+			j.Annotations[keys.WaiterReadyAnnotation] = mark
+		}
+		if fingerprint != "" {
+			j.Annotations[keys.WaiterCheckedAnnotation] = fingerprint
+		}
+		return *j
+	}
+	fingerprint := func(rd wavev1.Readiness) string {
+		a, ok := waiterArgs(ptr.To(job("x", rd, "", "")))
+		if !ok {
+			t.Fatal("the wait Job's arguments do not parse")
+		}
+		return a.Fingerprint()
+	}
+	strict := wavev1.Readiness{LoadBalancerIngress: true}
+	jobs := []batchv1.Job{
+		job("marked", wavev1.Readiness{}, at.Format(time.RFC3339Nano), fingerprint(wavev1.Readiness{})),
+		job("running", wavev1.Readiness{}, "", ""),
+		// Not a time: not what a waiter writes.
+		job("garbage", wavev1.Readiness{}, "yes", fingerprint(wavev1.Readiness{})),
+		// The Job was replaced under its name (its group's settings changed): the replaced Job's
+		// waiter, still running a moment, marks the new one by the old settings.
+		job("replaced", strict, at.Format(time.RFC3339Nano), fingerprint(wavev1.Readiness{})),
+		// A mark without a fingerprint: not from a waiter of this Job's arguments.
+		job("unsigned", wavev1.Readiness{}, at.Format(time.RFC3339Nano), ""),
+	}
+	got, err := r.succeededWaiters(context.Background(), "shop", jobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +282,7 @@ func TestWaitJobNamesThePlannedObjects(t *testing.T) {
 func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 	ctx := context.Background()
 	ms := []Member{m("db", 1, "shop", "db", 1), m("web", 2, "shop", "web", 1)}
-	dbJob := (&Reconciler{Image: "wavegate:test"}).waitJob("shop", Plan("shop", ms, nil, func(string, string) JobState { return JobMissing }, "wavegate-system")[0])
+	dbJob := (&Reconciler{Image: "wavegate:test"}).waitJob("shop", Plan("shop", ms, nil, func(*Group) JobState { return JobMissing }, "wavegate-system")[0])
 	dbJob.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Minute))
 	created, armed := make(chan struct{}), make(chan struct{})
 	meet := func(mine, other chan struct{}, what string) error {
@@ -362,6 +388,11 @@ func TestStateOf(t *testing.T) {
 // ready: it stays complete (released), and the groups after it open. Only a member that failed for
 // good (the waiter's exit code) fails the group, and no waiter succeeds then.
 func TestWaiterSuccessOutlivesTheDeadline(t *testing.T) {
+	running := func() batchv1.Job {
+		j := (&Reconciler{Image: "wavegate:test"}).waitJob("shop", &Group{Name: "running", JobNamespace: "shop", JobName: "running"})
+		j.UID = "running"
+		return *j
+	}
 	failed := func(uid types.UID, reason string) batchv1.Job {
 		return batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "shop", UID: uid},
 			Spec: batchv1.JobSpec{PodFailurePolicy: &batchv1.PodFailurePolicy{}},
@@ -373,14 +404,14 @@ func TestWaiterSuccessOutlivesTheDeadline(t *testing.T) {
 		failed("deadline", batchv1.JobReasonDeadlineExceeded),
 		failed("ready-then-backoff", batchv1.JobReasonBackoffLimitExceeded),
 		failed("member-failed", batchv1.JobReasonPodFailurePolicy),
-		{ObjectMeta: metav1.ObjectMeta{Name: "running", Namespace: "shop", UID: "running"}},
+		running(),
 	}
 	at := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
 	succeeded := map[types.UID]time.Time{"ready-then-deadline": at, "ready-then-backoff": at, "member-failed": at, "running": at}
 	states := jobStates(jobs, succeeded)
 	got := map[string]JobState{}
 	for _, j := range jobs {
-		got[j.Name] = states("shop", j.Name)
+		got[j.Name] = states(&Group{Name: j.Name, JobNamespace: "shop", JobName: j.Name})
 	}
 	want := map[string]JobState{"ready-then-deadline": JobComplete, "deadline": JobTimedOut, "ready-then-backoff": JobComplete,
 		"member-failed": JobFailed, "running": JobComplete}
@@ -426,5 +457,77 @@ func TestWaitJobRetriesItsWaiter(t *testing.T) {
 	}
 	if waiter.ExitFailed != 3 {
 		t.Errorf("the waiter exits %d for a member that failed: the FailJob rule must name it", waiter.ExitFailed)
+	}
+}
+
+// TestWaiterOfOtherReadinessIsReplaced: a running wait Job whose waiter judges by other readiness
+// settings than its group has now (its policy changed while the group waited) releases nothing
+// when it succeeds, and is deleted, for the next pass to start one with the group's settings. A
+// Job the Job controller completed stands: a released group stays released when its policy
+// changes.
+func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	strict := wavev1.Readiness{LoadBalancerIngress: true}
+	group := func(name string, rd wavev1.Readiness, nsRd map[string]wavev1.Readiness) *Group {
+		return &Group{Name: name, Open: true, JobNamespace: "shop", JobName: "wavegate-wait-" + name, Readiness: rd, NamespaceReadiness: nsRd}
+	}
+	r := &Reconciler{Image: "wavegate:test"}
+	job := func(g *Group, complete bool) batchv1.Job {
+		j := r.waitJob("shop", g)
+		j.UID = types.UID(g.Name)
+		j.Spec.ActiveDeadlineSeconds = ptr.To[int64](600)
+		if complete {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+		}
+		return *j
+	}
+	// The plan now, and the Jobs made for each group before its policy changed (or not).
+	plan := []*Group{
+		group("same", strict, nil),
+		group("stricter", strict, nil),
+		group("namespace", wavev1.Readiness{}, map[string]wavev1.Readiness{"b": strict}),
+		group("released", strict, nil),
+	}
+	jobs := []batchv1.Job{
+		job(group("same", strict, nil), false),
+		job(group("stricter", wavev1.Readiness{}, nil), false),
+		job(group("namespace", wavev1.Readiness{}, nil), false),
+		job(group("released", wavev1.Readiness{}, nil), true),
+	}
+	// Every waiter succeeded (marked its Job, or its pod exited 0).
+	succeeded := map[types.UID]time.Time{}
+	for _, j := range jobs {
+		succeeded[j.UID] = at
+	}
+	states := jobStates(jobs, succeeded)
+	got := map[string]JobState{}
+	for _, g := range plan {
+		g.JobState = states(g)
+		got[g.Name] = g.JobState
+	}
+	want := map[string]JobState{"same": JobComplete, "stricter": JobRunning, "namespace": JobRunning, "released": JobComplete}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("job states (-want +got):\n%s", d)
+	}
+
+	objs := make([]client.Object, len(jobs))
+	for i := range jobs {
+		objs[i] = &jobs[i]
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
+	r.Client = c
+	if err := r.deleteStaleJobs(context.Background(), plan, jobs); err != nil {
+		t.Fatal(err)
+	}
+	var left batchv1.JobList
+	if err := c.List(context.Background(), &left); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range left.Items {
+		names = append(names, j.Name)
+	}
+	if d := cmp.Diff([]string{"wavegate-wait-released", "wavegate-wait-same"}, names); d != "" {
+		t.Errorf("wait Jobs left (-want +got):\n%s", d)
 	}
 }

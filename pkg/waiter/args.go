@@ -1,6 +1,8 @@
 package waiter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -56,6 +58,25 @@ func (a Args) Encode() []string {
 		out = append(out, "--timeout", a.Timeout.String())
 	}
 	return out
+}
+
+// Fingerprint identifies what a waiter judges: its members and the readiness settings it judges
+// them by. The waiter marks its Job with it beside the time (keys.WaiterCheckedAnnotation), and
+// the manager counts the mark only when it is the fingerprint of the Job's own arguments: a Job
+// replaced under the same name (its group's readiness settings changed while it waited) may
+// still have the replaced Job's waiter running for a moment, judging by the old settings.
+func (a Args) Fingerprint() string {
+	h := sha256.New()
+	for _, m := range a.Members {
+		fmt.Fprintf(h, "member %s\n", m)
+	}
+	rd, _ := json.Marshal(a.Readiness)
+	fmt.Fprintf(h, "readiness %s\n", rd)
+	for _, ns := range slices.Sorted(maps.Keys(a.NamespaceReadiness)) {
+		rd, _ := json.Marshal(a.NamespaceReadiness[ns])
+		fmt.Fprintf(h, "namespace %s %s\n", ns, rd)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // RawArgs holds the flag values that Complete decodes.

@@ -1,6 +1,7 @@
 package waiter
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,52 @@ func TestCheckersRefuseRulesThatDoNotCompile(t *testing.T) {
 				t.Fatalf("Checkers() error = %v; want one naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestFingerprint: what a waiter judges has one fingerprint, whichever side of the Job's
+// arguments computes it (the waiter from its parsed flags, the manager from the Job's), and
+// another as soon as a member or a readiness setting differs.
+func TestFingerprint(t *testing.T) {
+	web := Member{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, Namespace: "shop", Name: "web", UID: "u", Generation: 1}
+	base := Args{Sequence: "shop", Group: "web", Job: "shop/wj", Members: []Member{web}}
+	variants := map[string]func(*Args){
+		"as is":              func(*Args) {},
+		"another generation": func(a *Args) { a.Members[0].Generation = 2 },
+		"load balancers":     func(a *Args) { a.Readiness.LoadBalancerIngress = true },
+		"a rule": func(a *Args) {
+			a.Readiness.Rules = []wavev1.ReadinessRule{{APIVersion: "v1", Kind: "Service", Current: "true"}}
+		},
+		"a namespace's":         func(a *Args) { a.NamespaceReadiness = map[string]wavev1.Readiness{"b": {LoadBalancerIngress: true}} },
+		"another namespace's":   func(a *Args) { a.NamespaceReadiness = map[string]wavev1.Readiness{"c": {LoadBalancerIngress: true}} },
+		"a namespace with none": func(a *Args) { a.NamespaceReadiness = map[string]wavev1.Readiness{"b": {}} },
+	}
+	seen := map[string]string{}
+	for name, change := range variants {
+		a := base
+		a.Members = slices.Clone(base.Members)
+		change(&a)
+		parsed, err := ParseArgs(a.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseArgs(parsed.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp := parsed.Fingerprint()
+		if fp != again.Fingerprint() {
+			t.Errorf("%s: the fingerprint changes through the Job's arguments: %s, then %s", name, fp, again.Fingerprint())
+		}
+		if other, dup := seen[fp]; dup {
+			t.Errorf("%s and %s have the same fingerprint %s", name, other, fp)
+		}
+		seen[fp] = name
+	}
+	// The Job and a timeout are not what the waiter judges.
+	same := base
+	same.Job, same.Timeout = "shop/other", time.Minute
+	if same.Fingerprint() != base.Fingerprint() {
+		t.Error("the fingerprint depends on the Job's name or the timeout")
 	}
 }

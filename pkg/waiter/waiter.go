@@ -118,9 +118,10 @@ func (m Member) display() string {
 // Options says what to wait for.
 type Options struct {
 	Sequence, Group string
-	// Job is the wait Job to mark ready (namespace/name; empty: none).
-	Job     string
-	Members []Member
+	// Job is the wait Job to mark ready (namespace/name; empty: none), with Fingerprint: that of
+	// the arguments the waiter was given (Args.Fingerprint).
+	Job, Fingerprint string
+	Members          []Member
 	// Checker judges the members; NamespaceCheckers, those of the namespaces listed there.
 	Checker           *readiness.Checker
 	NamespaceCheckers map[string]*readiness.Checker
@@ -249,7 +250,8 @@ func markReady(ctx context.Context, client dynamic.Interface, o Options) {
 		return
 	}
 	ns, name, _ := strings.Cut(o.Job, "/")
-	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, keys.WaiterReadyAnnotation, time.Now().UTC().Format(time.RFC3339Nano))
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, keys.WaiterReadyAnnotation, time.Now().UTC().Format(time.RFC3339Nano),
+		keys.WaiterCheckedAnnotation, o.Fingerprint)
 	deadline := time.Now().Add(markReadyFor)
 	for {
 		_, err := client.Resource(jobs).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})

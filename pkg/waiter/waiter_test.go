@@ -330,7 +330,7 @@ func TestWaitWatchesFromItsFirstLists(t *testing.T) {
 	}
 }
 
-// A waiter that finds its group ready marks its Job with when (the manager releases the next
+// A waiter that finds its group ready marks its Job with when, and with what it judged (the manager releases the next
 // group on that, before the kubelet reports the exit), retrying while its Role does not allow it
 // yet.
 func TestWaitMarksItsJobReady(t *testing.T) {
@@ -346,7 +346,7 @@ func TestWaitMarksItsJobReady(t *testing.T) {
 	})
 	out := newOutput("")
 	o := options(t, out, 10*time.Second, Member{GVR: cms, Namespace: "ns", Name: "c"})
-	o.Job = "ns/wj"
+	o.Job, o.Fingerprint = "ns/wj", "0123456789abcdef"
 	before := time.Now()
 	if err := Wait(context.Background(), client, o); err != nil {
 		t.Fatalf("Wait() = %v, want nil; output:\n%s", err, out)
@@ -359,6 +359,9 @@ func TestWaitMarksItsJobReady(t *testing.T) {
 	if err != nil || at.Before(before) {
 		t.Errorf("the Job's %s = %q, want when the group was found ready; output:\n%s", keys.WaiterReadyAnnotation,
 			job.GetAnnotations()[keys.WaiterReadyAnnotation], out)
+	}
+	if got := job.GetAnnotations()[keys.WaiterCheckedAnnotation]; got != o.Fingerprint {
+		t.Errorf("the Job's %s = %q, want the fingerprint of what the waiter judged, %q", keys.WaiterCheckedAnnotation, got, o.Fingerprint)
 	}
 }
 
