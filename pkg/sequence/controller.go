@@ -421,7 +421,8 @@ func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 	return out
 }
 
-// openJobs carries out startJobs, armJobs and disarmJobs, their API calls side by side (a pass
+// openJobs carries out startJobs, armJobs and disarmJobs, and re-arms the Jobs of open groups whose
+// timeout changed (rearmDeadline, on the cache alone: it opens nothing), their API calls side by side (a pass
 // that releases a group's first pods also creates the next group's Job and arms its own: one after
 // the other, they held up the next pass by up to 150 ms on the local cluster). It returns when to
 // come back for a Job it left unarmed (zero: none).
@@ -456,6 +457,12 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 		return j != nil && j.DeletionTimestamp == nil && j.Spec.ActiveDeadlineSeconds != nil
 	})
 	starts := startJobs(plan)
+	rearm := map[*Group]int64{}
+	for _, g := range plan {
+		if d, ok := rearmDeadline(byKey[g.JobNamespace+"/"+g.JobName], g); ok {
+			rearm[g] = d
+		}
+	}
 	armStarted, armByALaterPass := make([]bool, len(starts)), make([]bool, len(starts))
 	for i, g := range starts {
 		if !g.Open || !gate.Read() {
@@ -497,6 +504,9 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	}
 	for _, g := range disarm {
 		wg.Go(func() { fail(r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
+	}
+	for g, d := range rearm {
+		wg.Go(func() { fail(r.rearmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g, d)) })
 	}
 	wg.Wait()
 	// A refusal starts the group's clock only once the group is open on the consistent read (a

@@ -243,16 +243,49 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 }
 
 // armJob gives a wait Job that started ahead of its group's turn the group's timeout, counted from
-// now, when the group opens. Only a Job without a deadline is armed, so a restarted manager arms
-// only what was not armed yet (a cache that lags re-arms a moment later, which errs long).
+// now, when the group opens, and records when (keys.WaitOpenedAnnotation). Only a Job without a
+// deadline is armed, so a restarted manager arms only what was not armed yet (a cache that lags
+// re-arms a moment later, which errs long).
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
-	d := armDeadline(j.CreationTimestamp.Time, r.now(), g.Timeout)
-	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d))
+	now := r.now()
+	d := armDeadline(j.CreationTimestamp.Time, now, g.Timeout)
+	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d),
+		patch.Add(patch.Pointer("/metadata/annotations", keys.WaitOpenedAnnotation), now.UTC().Format(time.RFC3339Nano)))
 	if err != nil {
 		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
 	}
 	if !gone {
 		ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d)
+	}
+	return nil
+}
+
+// rearmDeadline is the deadline an armed wait Job of an open group should have: its group's
+// timeout counted from when the group opened (keys.WaitOpenedAnnotation). false: the Job has it,
+// or cannot be re-armed (not running, not armed, or armed by a manager that did not record when).
+func rearmDeadline(j *batchv1.Job, g *Group) (int64, bool) {
+	if j == nil || !g.Open || j.DeletionTimestamp != nil || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds == nil {
+		return 0, false
+	}
+	opened, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitOpenedAnnotation])
+	if err != nil {
+		return 0, false
+	}
+	d := armDeadline(j.CreationTimestamp.Time, opened, g.Timeout)
+	return d, d != *j.Spec.ActiveDeadlineSeconds
+}
+
+// rearmJob gives an armed wait Job the deadline of its group's timeout now (a policy changed it
+// while the group waited), still counted from when the group opened: a shorter timeout that has
+// passed already times the group out at once, and a longer one lets it wait on.
+func (r *Reconciler) rearmJob(ctx context.Context, j *batchv1.Job, g *Group, d int64) error {
+	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d))
+	if err != nil {
+		return fmt.Errorf("re-arming wait Job %s: %w", klog.KObj(j), err)
+	}
+	if !gone {
+		ctrl.LoggerFrom(ctx).Info("Re-armed wait Job", "job", klog.KObj(j), "group", g.Name, "timeout", g.Timeout,
+			"activeDeadlineSeconds", d, "was", *j.Spec.ActiveDeadlineSeconds)
 	}
 	return nil
 }

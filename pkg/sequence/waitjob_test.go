@@ -531,3 +531,47 @@ func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
 		t.Errorf("wait Jobs left (-want +got):\n%s", d)
 	}
 }
+
+// TestRearmWhenTheTimeoutChanges: an armed wait Job whose group's timeout changed while it waited
+// (its policy was edited) gets the new timeout, still counted from when the group opened; nothing
+// else is re-armed.
+func TestRearmWhenTheTimeoutChanges(t *testing.T) {
+	created := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	opened := created.Add(30*time.Second + 250*time.Millisecond)
+	armed := func(deadline int64, annotated bool) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wj", Namespace: "shop", CreationTimestamp: metav1.NewTime(created),
+			Annotations: map[string]string{}}, Spec: batchv1.JobSpec{ActiveDeadlineSeconds: ptr.To(deadline)}}
+		if annotated {
+			j.Annotations[keys.WaitOpenedAnnotation] = opened.Format(time.RFC3339Nano)
+		}
+		return j
+	}
+	open := func(timeout time.Duration) *Group {
+		return &Group{Name: "db", Open: true, JobState: JobRunning, Timeout: timeout}
+	}
+	// Armed when the group opened, with a 10-minute timeout: 631 s from the Job's creation.
+	asArmed := armDeadline(created, opened, 10*time.Minute)
+	if asArmed != 631 {
+		t.Fatalf("armDeadline = %d, want 631", asArmed)
+	}
+	for name, tc := range map[string]struct {
+		job    *batchv1.Job
+		group  *Group
+		want   int64
+		rearms bool
+	}{
+		"unchanged":                       {armed(asArmed, true), open(10 * time.Minute), 0, false},
+		"shorter":                         {armed(asArmed, true), open(time.Minute), 91, true},
+		"longer":                          {armed(asArmed, true), open(time.Hour), 3631, true},
+		"armed before opened-at was kept": {armed(asArmed, false), open(time.Minute), 0, false},
+		"not open":                        {armed(asArmed, true), &Group{Name: "db", JobState: JobRunning, Timeout: time.Minute}, 0, false},
+		"complete":                        {armed(asArmed, true), &Group{Name: "db", Open: true, JobState: JobComplete, Timeout: time.Minute}, 0, false},
+		"not armed":                       {&batchv1.Job{}, open(time.Minute), 0, false},
+		"no Job":                          {nil, open(time.Minute), 0, false},
+	} {
+		d, ok := rearmDeadline(tc.job, tc.group)
+		if ok != tc.rearms || ok && d != tc.want {
+			t.Errorf("%s: rearmDeadline = %d, %v; want %d, %v", name, d, ok, tc.want, tc.rearms)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
@@ -253,6 +254,11 @@ func failureAction(job *batchv1.Job, code int) batchv1.PodFailurePolicyAction {
 func (r *WaitJobRunner) finish(ctx context.Context, job *batchv1.Job, started metav1.Time, code, failures int, reason string) error {
 	now := metav1.Now()
 	j, err := r.clients.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && j.UID != job.UID {
+		// The Job was deleted (and perhaps made again under its name): as the Job controller, which
+		// tracks a Job's pods by its UID, nothing is written.
+		return nil
+	}
 	if err != nil {
 		return err
 	}
