@@ -174,8 +174,6 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	tracker.CanWatch, tracker.Ready = perms.CanWatch, perms.Ready
 	tracker.InScope = func(ns string) bool { return namespaces.optedIn(ns, cfg.Namespace) }
 	namespaces.onOptIn = tracker.Rescope
-	// A policy's new group label is tracked at once: its members exist for the plan.
-	store.OnChange = tracker.Relabel
 	// A new CRD is a new kind whose objects may be members, and a new grant a kind the manager may
 	// now watch: rediscover at once.
 	if err := mgr.Add(crmanager.RunnableFunc(func(ctx context.Context) error {
@@ -199,12 +197,19 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := mgr.Add(waitPods); err != nil {
 		return nil, fmt.Errorf("adding the wait-Job pod cache: %w", err)
 	}
-	if err := (&sequence.Reconciler{
+	sequences := &sequence.Reconciler{
 		Client: mgr.GetClient(), Tracker: tracker, Policies: store, Recorder: mgr.GetEventRecorder("wavegate"),
 		Image: cfg.WaiterImage, Namespace: cfg.Namespace, WaitPods: waitPods, APIReader: mgr.GetAPIReader(),
 		Cleared: cleared,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if err := sequences.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
+	}
+	// A policy's new group label is tracked at once: its members exist for the plan. And every
+	// sequence is planned again on the new policies (a waiting group's new timeout, say).
+	store.OnChange = func() {
+		tracker.Relabel()
+		sequences.PoliciesChanged()
 	}
 	if err := (&sequence.RBACReconciler{Client: mgr.GetClient(), Policies: store, Namespace: cfg.Namespace, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the waiter RBAC controller: %w", err)

@@ -89,6 +89,8 @@ type Reconciler struct {
 	// the Jobs' Complete condition only.
 	WaitPods cache.Cache
 
+	policiesChanged func()
+
 	recent       recentReleases
 	created      recentCreations
 	statusWrites statusWrites
@@ -422,7 +424,8 @@ func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 }
 
 // openJobs carries out startJobs, armJobs and disarmJobs, and re-arms the Jobs of open groups whose
-// timeout changed (rearmDeadline, on the cache alone: it opens nothing), their API calls side by side (a pass
+// timeout changed (rearmDeadline: a longer one on the cache, a shorter one through the opener),
+// their API calls side by side (a pass
 // that releases a group's first pods also creates the next group's Job and arms its own: one after
 // the other, they held up the next pass by up to 150 ms on the local cluster). It returns when to
 // come back for a Job it left unarmed (zero: none).
@@ -459,7 +462,15 @@ func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jo
 	starts := startJobs(plan)
 	rearm := map[*Group]int64{}
 	for _, g := range plan {
-		if d, ok := rearmDeadline(byKey[g.JobNamespace+"/"+g.JobName], g); ok {
+		j := byKey[g.JobNamespace+"/"+g.JobName]
+		d, ok := rearmDeadline(j, g)
+		if ok && d < *j.Spec.ActiveDeadlineSeconds {
+			// A shorter deadline may time the group out, and release the groups after it: only on
+			// the consistent read, as an opening.
+			open, oerr := gate.Open(g.Name)
+			err, ok = errors.Join(err, oerr), open
+		}
+		if ok {
 			rearm[g] = d
 		}
 	}

@@ -58,6 +58,15 @@ func (s *trackerSource) start(_ context.Context, q workqueue.TypedRateLimitingIn
 	return nil
 }
 
+// PoliciesChanged reconciles every sequence (it does not block): call it once the policies are
+// recompiled. The WavePolicy watch may run its passes before that, on the old index, and a
+// change that moves nothing else (a timeout) would then wait for an unrelated event.
+func (r *Reconciler) PoliciesChanged() {
+	if r.policiesChanged != nil {
+		r.policiesChanged()
+	}
+}
+
 // sequenceWorkers is how many sequences are reconciled at once.
 const sequenceWorkers = 4
 
@@ -92,6 +101,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	allSequences := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		return sequencesOf(ctx)
 	})
+	r.policiesChanged = func() {
+		for _, req := range sequencesOf(context.Background()) {
+			src.onChange(req.Name)
+		}
+	}
 	gatedPods := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		p, ok := o.(*corev1.Pod)
 		return ok && (HasGate(p) || p.DeletionTimestamp != nil)

@@ -101,10 +101,11 @@ func jobsByKey(jobs []batchv1.Job) map[string]*batchv1.Job {
 // hears of the exit a second or two later, checks the deadline first and fails the Job with
 // DeadlineExceeded. The group was ready, and stays released.
 //
-// Except a running Job whose waiter judges by other readiness settings than the group's now (a
-// policy changed them while the group waited, or the Job is older than per-namespace settings):
-// its waiter's success releases nothing, and deleteStaleJobs replaces the Job. A Job the Job
-// controller marked complete stands: a group released stays released when its policy changes.
+// The success of a Job's own waiter is final, like the Complete condition that follows it: a
+// group released stays released when its policy's readiness settings change a moment later. A
+// running Job whose waiter has not succeeded and judges by other settings than the group's now is
+// replaced (deleteStaleJobs); the mark of the replaced Job's waiter on the new one does not count
+// (succeededWaiters).
 func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates {
 	byKey := jobsByKey(jobs)
 	return func(g *Group) JobState {
@@ -113,7 +114,7 @@ func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates 
 			return JobMissing
 		}
 		s := StateOf(j)
-		if _, ok := succeeded[j.UID]; ok && s != JobFailed && (s != JobRunning || !staleWaiter(j, g)) {
+		if _, ok := succeeded[j.UID]; ok && s != JobFailed {
 			// A waiter that found a member failed for good never succeeds: JobFailed stands.
 			return JobComplete
 		}
@@ -249,8 +250,11 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
 	now := r.now()
 	d := armDeadline(j.CreationTimestamp.Time, now, g.Timeout)
-	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d),
-		patch.Add(patch.Pointer("/metadata/annotations", keys.WaitOpenedAnnotation), now.UTC().Format(time.RFC3339Nano)))
+	opened := patch.Add("/metadata/annotations", map[string]string{keys.WaitOpenedAnnotation: now.UTC().Format(time.RFC3339Nano)})
+	if j.Annotations != nil {
+		opened = patch.Add(patch.Pointer("/metadata/annotations", keys.WaitOpenedAnnotation), now.UTC().Format(time.RFC3339Nano))
+	}
+	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d), opened)
 	if err != nil {
 		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
 	}
@@ -277,7 +281,9 @@ func rearmDeadline(j *batchv1.Job, g *Group) (int64, bool) {
 
 // rearmJob gives an armed wait Job the deadline of its group's timeout now (a policy changed it
 // while the group waited), still counted from when the group opened: a shorter timeout that has
-// passed already times the group out at once, and a longer one lets it wait on.
+// passed already times the group out at once (and releases the groups after it under onTimeout:
+// Release, so openJobs shortens a deadline only through the opener), and a longer one lets it
+// wait on.
 func (r *Reconciler) rearmJob(ctx context.Context, j *batchv1.Job, g *Group, d int64) error {
 	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d))
 	if err != nil {
@@ -397,13 +403,19 @@ func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []
 		if j.DeletionTimestamp != nil {
 			continue
 		}
-		// A running Job whose waiter judges by readiness settings the group no longer has is
-		// replaced: the next pass creates the group's Job again, with the settings it has now.
-		replaced := ok && StateOf(j) == JobRunning && staleWaiter(j, g)
+		// A running Job whose waiter has not succeeded and judges by readiness settings the group no
+		// longer has is replaced: the next pass creates the group's Job again, with the settings it
+		// has now.
+		replaced := ok && g.JobState == JobRunning && staleWaiter(j, g)
 		if ok && !replaced && (g.Open || g.Prestart || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds != nil) {
 			continue
 		}
-		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		// The Job read, not one made again under its name since.
+		err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &j.UID})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting stale wait Job %s: %w", klog.KObj(j), err)
 		}
 		if replaced {

@@ -461,10 +461,10 @@ func TestWaitJobRetriesItsWaiter(t *testing.T) {
 }
 
 // TestWaiterOfOtherReadinessIsReplaced: a running wait Job whose waiter judges by other readiness
-// settings than its group has now (its policy changed while the group waited) releases nothing
-// when it succeeds, and is deleted, for the next pass to start one with the group's settings. A
-// Job the Job controller completed stands: a released group stays released when its policy
-// changes.
+// settings than its group has now (its policy changed while the group waited) is deleted, for the
+// next pass to start one with the group's settings. A waiter that succeeded already (its own mark,
+// or its pod's exit) and a Job the Job controller completed stand: a released group stays
+// released when its policy changes.
 func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
 	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
 	strict := wavev1.Readiness{LoadBalancerIngress: true}
@@ -486,26 +486,24 @@ func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
 		group("same", strict, nil),
 		group("stricter", strict, nil),
 		group("namespace", wavev1.Readiness{}, map[string]wavev1.Readiness{"b": strict}),
+		group("succeeded", strict, nil),
 		group("released", strict, nil),
 	}
 	jobs := []batchv1.Job{
 		job(group("same", strict, nil), false),
 		job(group("stricter", wavev1.Readiness{}, nil), false),
 		job(group("namespace", wavev1.Readiness{}, nil), false),
+		job(group("succeeded", wavev1.Readiness{}, nil), false),
 		job(group("released", wavev1.Readiness{}, nil), true),
 	}
-	// Every waiter succeeded (marked its Job, or its pod exited 0).
-	succeeded := map[types.UID]time.Time{}
-	for _, j := range jobs {
-		succeeded[j.UID] = at
-	}
-	states := jobStates(jobs, succeeded)
+	// The waiter of "succeeded" succeeded before the policy changed.
+	states := jobStates(jobs, map[types.UID]time.Time{"succeeded": at})
 	got := map[string]JobState{}
 	for _, g := range plan {
 		g.JobState = states(g)
 		got[g.Name] = g.JobState
 	}
-	want := map[string]JobState{"same": JobComplete, "stricter": JobRunning, "namespace": JobRunning, "released": JobComplete}
+	want := map[string]JobState{"same": JobRunning, "stricter": JobRunning, "namespace": JobRunning, "succeeded": JobComplete, "released": JobComplete}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("job states (-want +got):\n%s", d)
 	}
@@ -527,7 +525,7 @@ func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
 	for _, j := range left.Items {
 		names = append(names, j.Name)
 	}
-	if d := cmp.Diff([]string{"wavegate-wait-released", "wavegate-wait-same"}, names); d != "" {
+	if d := cmp.Diff([]string{"wavegate-wait-released", "wavegate-wait-same", "wavegate-wait-succeeded"}, names); d != "" {
 		t.Errorf("wait Jobs left (-want +got):\n%s", d)
 	}
 }
@@ -572,6 +570,31 @@ func TestRearmWhenTheTimeoutChanges(t *testing.T) {
 		d, ok := rearmDeadline(tc.job, tc.group)
 		if ok != tc.rearms || ok && d != tc.want {
 			t.Errorf("%s: rearmDeadline = %d, %v; want %d, %v", name, d, ok, tc.want, tc.rearms)
+		}
+	}
+}
+
+// TestArmRecordsWhenTheGroupOpened: arming sets the deadline and records when, also on a Job that
+// has no annotations (a JSON patch cannot add a key to a map that is not there).
+func TestArmRecordsWhenTheGroupOpened(t *testing.T) {
+	now := time.Date(2026, 11, 27, 8, 0, 30, 0, time.UTC)
+	for name, annotations := range map[string]map[string]string{"annotated": {"a": "b"}, "without annotations": nil} {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "wj", Namespace: "shop", Annotations: annotations,
+			CreationTimestamp: metav1.NewTime(now.Add(-30 * time.Second))}}
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(j).Build()
+		r := &Reconciler{Client: c, Now: func() time.Time { return now }}
+		if err := r.armJob(context.Background(), j.DeepCopy(), &Group{Name: "db", Timeout: time.Minute}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := &batchv1.Job{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(j), got); err != nil {
+			t.Fatal(err)
+		}
+		if d := ptr.Deref(got.Spec.ActiveDeadlineSeconds, 0); d != 90 {
+			t.Errorf("%s: activeDeadlineSeconds = %d, want 90", name, d)
+		}
+		if at := got.Annotations[keys.WaitOpenedAnnotation]; at != now.Format(time.RFC3339Nano) {
+			t.Errorf("%s: %s = %q, want %s", name, keys.WaitOpenedAnnotation, at, now.Format(time.RFC3339Nano))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/waiter"
 )
 
 // policyFor creates a WavePolicy for one namespace, deleted with the test.
@@ -60,12 +61,20 @@ func TestPolicyChangeReachesTheWaitingGroup(t *testing.T) {
 		return waitJobOf(t, ns, "svc").Annotations[keys.WaiterReadyAnnotation]
 	}).WithTimeout(timeout).ShouldNot(BeEmpty(), "the replaced Job's waiter did not mark the new Job: the test proves nothing")
 	expectGated(t, pod)
-	g.Expect(sequenceStatus(g, ns).Status.Summary).To(HavePrefix("svc 1/2 "), "the status judges the Service by the new settings")
+	g.Eventually(func(g Gomega) string { return sequenceStatus(g, ns).Status.Summary }).WithTimeout(timeout).
+		Should(HavePrefix("svc 1/2 "), "the status judges the Service by the new settings")
 
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(lb), lb)).To(Succeed())
 	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.0.2.10"}}
 	g.Expect(env.Client.Status().Update(ctx, lb)).To(Succeed())
 	eventuallyUngated(t, pod)
+	// Released on the new waiter's mark: the real command's fingerprint is the one the manager
+	// computes from the Job's arguments.
+	current := waitJobOf(t, ns, "svc")
+	args, err := waiter.ParseArgs(current.Spec.Template.Spec.Containers[0].Args)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() string { return waitJobOf(t, ns, "svc").Annotations[keys.WaiterCheckedAnnotation] }).
+		WithTimeout(timeout).Should(Equal(args.Fingerprint()))
 }
 
 // TestShorterTimeoutAppliesToTheWaitingGroup: a policy whose timeout is made shorter while its
@@ -77,7 +86,8 @@ func TestShorterTimeoutAppliesToTheWaitingGroup(t *testing.T) {
 	ns := namespace(t)
 	pol := policyFor(t, ns, wavev1.WavePolicySpec{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1}, {Name: "web", Order: 2}}})
 	db := deployment(ns, "db", map[string]string{keys.GroupLabel: "db"})
-	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	// Once admission has heard of the policy.
+	g.Eventually(func() error { return env.Client.Create(ctx, db) }).WithTimeout(timeout).Should(Succeed())
 	web := deployment(ns, "web", map[string]string{keys.GroupLabel: "web"})
 	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
 	g.Eventually(func() *int64 { return waitJobOf(t, ns, "db").Spec.ActiveDeadlineSeconds }).WithTimeout(timeout).
