@@ -74,6 +74,8 @@ func (o *opener) open(group string, pos func() podGroup) (bool, error) {
 // The zero value opens nothing.
 type openness struct {
 	groups map[string]bool
+	// empty are the plan's groups without members: there only because a policy requires them.
+	empty map[string]bool
 	// others is whether a group outside the plan may open at all.
 	others bool
 	// blocked is true when the plan has a group that is not released: untilOrder and untilName are
@@ -85,9 +87,12 @@ type openness struct {
 
 // openGroups returns which groups of a plan are open, and which groups outside it would be.
 func openGroups(plan []*Group) openness {
-	out := openness{groups: make(map[string]bool, len(plan)), others: true}
+	out := openness{groups: make(map[string]bool, len(plan)), empty: map[string]bool{}, others: true}
 	for _, g := range plan {
 		out.groups[g.Name] = g.Open
+		if len(g.Members) == 0 {
+			out.empty[g.Name] = true
+		}
 		if !g.Released && !out.blocked {
 			out.blocked, out.untilOrder, out.untilName = true, g.Order, g.Name
 		}
@@ -109,6 +114,11 @@ func (s openness) closed() openness {
 // plan; nil: such a group is closed (a wait Job's group must be the plan's).
 func (s openness) opens(group string, pos func() podGroup) bool {
 	if open, ok := s.groups[group]; ok || pos == nil || !s.others {
+		if open && s.empty[group] && pos != nil {
+			// The plan has the group only because another namespace's policy requires it: its pods
+			// also wait for the groups their own policy requires.
+			return s.missing(pos()) == ""
+		}
 		return open
 	}
 	until, required := s.waitsFor(group, pos())
@@ -122,12 +132,18 @@ func (s openness) waitsFor(group string, p podGroup) (until, required string) {
 	if s.blocked && (s.untilOrder < p.order || s.untilOrder == p.order && s.untilName <= group) {
 		return s.untilName, ""
 	}
+	return "", s.missing(p)
+}
+
+// missing returns a group that the pods' policy requires before theirs and the plan does not have
+// (it has no members yet, so it is not released); empty: none.
+func (s openness) missing(p podGroup) string {
 	for _, r := range p.requires {
 		if _, ok := s.groups[r]; !ok {
-			return "", r
+			return r
 		}
 	}
-	return "", ""
+	return ""
 }
 
 // podGroup is where the group of a gated pod stands in its sequence when the plan does not have

@@ -374,3 +374,23 @@ func TestPodsOnlyMessageNamesTheGroupRightBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestPodsOfAGroupOnlyAnotherPolicyRequires: a group that the plan has only because another
+// namespace's policy requires it (it has no members) is open once the groups before it are
+// released; its pods still wait for the groups their own namespace's policy requires. The no-early-
+// release property found it: the pods went, as the plan said, without the database their policy
+// requires before them.
+func TestPodsOfAGroupOnlyAnotherPolicyRequires(t *testing.T) {
+	plan := []*Group{{Name: "config", Order: 5, Required: true, Open: true}}
+	s := openGroups(plan)
+	if s.opens("config", func() podGroup { return podGroup{order: 5, requires: []string{"db"}} }) {
+		t.Error("pods of config went without the group db their own policy requires")
+	}
+	if !s.opens("config", func() podGroup { return podGroup{order: 5} }) {
+		t.Error("pods of config whose policy requires nothing before it stayed gated")
+	}
+	plan = append(plan, &Group{Name: "db", Order: 1, Members: []Member{m("db", 1, "b", "db", 1)}, Released: true, Open: true})
+	if !openGroups(plan).opens("config", func() podGroup { return podGroup{order: 5, requires: []string{"db"}} }) {
+		t.Error("pods of config stayed gated with db in the plan")
+	}
+}

@@ -504,3 +504,53 @@ func forgedWaitJob(seq string, args waiter.Args) *batchv1.Job {
 			Containers:    []corev1.Container{{Name: "wait", Image: "wavegate:test", Args: args.Encode()}}}}},
 	}
 }
+
+// TestSharedSequenceWaitsForEachPolicysRequiredGroups: in a platform-declared shared sequence, a
+// group with members in two namespaces waits for the groups that either namespace's policy
+// requires, not only for those of the member that orders it. Namespace b's policy requires its
+// database before web; a's Deployment orders web (its reference sorts first), and a's policy
+// requires nothing: web's pods stay gated until b's database exists and is ready.
+func TestSharedSequenceWaitsForEachPolicysRequiredGroups(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	team := "t" + rand.String(6)
+	shared := "platform-" + team
+	a, b := namespace(t), namespace(t)
+	byName := func(ns string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	}
+	for _, p := range []*wavev1.WavePolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+			Name: shared, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-a"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(a),
+			Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-b"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(b),
+			Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}}},
+	} {
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+	}
+	for _, ns := range []string{a, b} {
+		n := &corev1.Namespace{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+		n.Labels["team"] = team
+		g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+	}
+	in := func(group string) map[string]string {
+		return withSequence(map[string]string{keys.GroupLabel: group}, shared)
+	}
+
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: b, Labels: in("web")}}
+	g.Eventually(func() error { return env.Client.Create(ctx, settings) }).WithTimeout(timeout).Should(Succeed())
+	web := deployment(a, "web", in("web"))
+	g.Eventually(func() error { return env.Client.Create(ctx, web) }).WithTimeout(timeout).Should(Succeed())
+	pod := podOf(t, web, web.Spec.Template, "pod-template-hash", "v1")
+	g.Eventually(groupPhase(shared, "db")).WithTimeout(timeout).Should(Equal(wavev1.GroupWaiting))
+	expectGated(t, pod)
+
+	db := statefulSet(b, "db", in("db"))
+	g.Expect(env.Client.Create(ctx, db)).To(Succeed())
+	expectGated(t, pod)
+	markStatefulSetReady(t, db)
+	eventuallyUngated(t, pod)
+}
