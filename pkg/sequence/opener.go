@@ -74,8 +74,6 @@ func (o *opener) open(group string, pos func() podGroup) (bool, error) {
 // The zero value opens nothing.
 type openness struct {
 	groups map[string]bool
-	// empty are the plan's groups without members: there only because a policy requires them.
-	empty map[string]bool
 	// others is whether a group outside the plan may open at all.
 	others bool
 	// blocked is true when the plan has a group that is not released: untilOrder and untilName are
@@ -87,12 +85,9 @@ type openness struct {
 
 // openGroups returns which groups of a plan are open, and which groups outside it would be.
 func openGroups(plan []*Group) openness {
-	out := openness{groups: make(map[string]bool, len(plan)), empty: map[string]bool{}, others: true}
+	out := openness{groups: make(map[string]bool, len(plan)), others: true}
 	for _, g := range plan {
 		out.groups[g.Name] = g.Open
-		if len(g.Members) == 0 {
-			out.empty[g.Name] = true
-		}
 		if !g.Released && !out.blocked {
 			out.blocked, out.untilOrder, out.untilName = true, g.Order, g.Name
 		}
@@ -110,16 +105,15 @@ func (s openness) closed() openness {
 	return out
 }
 
-// opens reports whether the pods of a group may go. pos is asked only for a group outside the
-// plan; nil: such a group is closed (a wait Job's group must be the plan's).
+// opens reports whether the pods of a group may go. pos tells where they stand (podGroup); nil: a
+// group outside the plan is closed (a wait Job's group must be the plan's).
 func (s openness) opens(group string, pos func() podGroup) bool {
 	if open, ok := s.groups[group]; ok || pos == nil || !s.others {
-		if open && s.empty[group] && pos != nil {
-			// The plan has the group only because another namespace's policy requires it: its pods
-			// also wait for the groups their own policy requires.
-			return s.missing(pos()) == ""
-		}
-		return open
+		// The pods of an open group also wait for the groups their own namespace's policy requires
+		// to be in the plan: that policy may be no member's (the plan has the group only because
+		// another namespace's policy requires it, or its members are all in other namespaces).
+		// A member's pods find them there: the plan adds the groups each member's policy requires.
+		return open && (pos == nil || s.missing(pos()) == "")
 	}
 	until, required := s.waitsFor(group, pos())
 	return until == "" && required == ""

@@ -58,7 +58,8 @@ func TestOpenerPodsOfGroupsWithoutMembers(t *testing.T) {
 		pos           podGroup
 		want          bool
 		reads         int
-		// asked is how often the pods' position is asked: never for a group both plans have.
+		// asked is how often the pods' position is asked: for a group a plan does not have, and for
+		// one it opens (the groups the pods' own policy requires), never for one it keeps closed.
 		asked int
 	}{
 		{name: "an earlier group is not released: gated without a read",
@@ -99,8 +100,8 @@ func TestOpenerPodsOfGroupsWithoutMembers(t *testing.T) {
 			group: "migrate", pos: podGroup{order: 2, requires: []string{"database"}}, want: true, reads: 1, asked: 2},
 		{name: "the read finds the group's last member gone: its pods go as a group without members",
 			cached: planOf([]Member{db, mig}, "database"), fresh: planOf([]Member{db}, "database"),
-			group: "migrate", pos: podGroup{order: 2}, want: true, reads: 1, asked: 1},
-		{name: "a group both plans have: as the plans say, its pods' position never asked",
+			group: "migrate", pos: podGroup{order: 2}, want: true, reads: 1, asked: 2},
+		{name: "a group both plans have closed: as the plans say, its pods' position not asked",
 			cached: planOf([]Member{db, mig}), fresh: planOf([]Member{db, mig}),
 			group: "migrate", pos: podGroup{order: 2}, want: false},
 	}
@@ -376,11 +377,18 @@ func TestPodsOnlyMessageNamesTheGroupRightBefore(t *testing.T) {
 }
 
 // TestPodsOfAGroupOnlyAnotherPolicyRequires: a group that the plan has only because another
-// namespace's policy requires it (it has no members) is open once the groups before it are
-// released; its pods still wait for the groups their own namespace's policy requires. The no-early-
-// release property found it: the pods went, as the plan said, without the database their policy
-// requires before them.
+// namespace's policy requires it (it has no members), or whose members are all in other
+// namespaces, is open once the groups before it are released; pods of the group in a namespace
+// whose own policy requires more still wait for those groups. The no-early-release property found
+// it: the pods went, as the plan said, without the database their policy requires before them.
 func TestPodsOfAGroupOnlyAnotherPolicyRequires(t *testing.T) {
+	elsewhere := openGroups([]*Group{{Name: "web", Order: 5, Open: true, Members: []Member{m("web", 5, "a", "web", 1)}}})
+	if elsewhere.opens("web", func() podGroup { return podGroup{order: 5, requires: []string{"db"}} }) {
+		t.Error("a pod of web in namespace b went without the group db b's policy requires, web's members being all in a")
+	}
+	if !elsewhere.opens("web", func() podGroup { return podGroup{order: 5} }) || !elsewhere.opens("web", nil) {
+		t.Error("web's pods stayed gated with nothing required before it")
+	}
 	plan := []*Group{{Name: "config", Order: 5, Required: true, Open: true}}
 	s := openGroups(plan)
 	if s.opens("config", func() podGroup { return podGroup{order: 5, requires: []string{"db"}} }) {

@@ -80,6 +80,11 @@ type simWorld struct {
 	nextPod        int
 	releases       int
 	stragglers     int
+	// sharedReleases are the releases in shared sequences; byNamespace the waiters' successes that
+	// judged a member by its namespace's own settings (the Job named them): what the shared mode
+	// must exercise to prove anything.
+	sharedReleases, byNamespace int
+	steps                       int
 }
 
 func newWorld(rng *rand.Rand, n int) *simWorld {
@@ -297,13 +302,16 @@ func (w *simWorld) position(p *simPod) podGroup {
 func (w *simWorld) checkRelease(t *testing.T, p *simPod) {
 	t.Helper()
 	w.releases++
+	if w.shared {
+		w.sharedReleases++
+	}
 	name := w.groups[p.group]
 	plan := w.plan(w.snapshot())
 	// The group's order: the lowest its members give it (each by its own namespace's policy or
-	// label), else the pod's.
-	// The group's order and the policies whose required groups come first: those of its members
-	// (each by its own namespace), else the pod's.
-	order, policies, members := w.position(p).order, map[string]bool{}, 0
+	// label), else the pod's. The groups that come first: those its members' policies require
+	// before that order, and those the pod's own policy requires before the pod's order.
+	order, members := w.position(p).order, 0
+	requiredBy := map[string]int32{} // policy: before which order
 	for _, m := range w.members {
 		if m.group != p.group {
 			continue
@@ -312,20 +320,22 @@ func (w *simWorld) checkRelease(t *testing.T, p *simPod) {
 			order = w.orderIn(m.ns, m.group)
 		}
 		members++
-		if g, ok := w.policyGroup(m.ns, m.group); ok {
-			policies[g.Policy] = true
+	}
+	for _, m := range w.members {
+		if g, ok := w.policyGroup(m.ns, m.group); ok && m.group == p.group {
+			requiredBy[g.Policy] = order
 		}
 	}
-	if g, ok := w.policyGroup(p.ns, p.group); ok && members == 0 {
-		policies[g.Policy] = true
+	if g, ok := w.policyGroup(p.ns, p.group); ok {
+		requiredBy[g.Policy] = max(requiredBy[g.Policy], g.Order)
 	}
 	released := map[string]bool{}
 	for _, g := range plan {
 		released[g.Name] = g.Released
 	}
-	for pol := range policies {
+	for pol, before := range requiredBy {
 		for _, r := range w.idx.PolicyGroups(pol) {
-			if r.Required && r.Order < order && !released[r.Name] {
+			if r.Required && r.Order < before && r.Name != name && !released[r.Name] {
 				t.Fatalf("%s: pod of group %s (template %s, namespace %s) released while group %s, which policy %s requires before it, is not released",
 					w.seq, name, p.template, p.ns, r.Name, pol)
 			}
@@ -377,19 +387,23 @@ func (w *simWorld) waiter() {
 		}
 		// The waiter judges each member by its Job's arguments: the settings of the member's
 		// namespace where the Job names them, else the group's.
-		ready, honest := still && len(ms) > 0, true
+		ready, honest, own := still && len(ms) > 0, true, false
 		set := w.settings[name]
 		for _, m := range ms {
 			rd, ok := set.byNamespace[m.ns]
 			if !ok {
 				rd = set.readiness
 			}
+			own = own || ok
 			ready = ready && m.ready && (!rd.LoadBalancerIngress || m.address)
 			honest = honest && w.readyByItsPolicy(m)
 		}
 		switch {
 		case ready:
 			w.jobs[name] = JobComplete
+			if own {
+				w.byNamespace++
+			}
 			if !honest {
 				w.dishonest[name] = "judged a member by another namespace's readiness settings"
 			}
@@ -402,11 +416,18 @@ func (w *simWorld) waiter() {
 }
 
 func (w *simWorld) step(t *testing.T) {
-	switch w.rng.IntN(9) {
+	w.steps++
+	choice := w.rng.IntN(9)
+	if w.shared && w.steps > 60 && choice <= 3 {
+		// A shared sequence's members settle after a while, so that groups of members in several
+		// namespaces get all ready under their waiters (more members change more often).
+		choice = 4 + w.rng.IntN(5)
+	}
+	switch choice {
 	case 0, 1: // a member is added (any group, any time: apply order is arbitrary)
 		w.nextUID++
 		w.members = append(w.members, &simMember{uid: types.UID(fmt.Sprintf("u%d", w.nextUID)), group: w.rng.IntN(len(w.groups)), generation: 1,
-			ns: w.namespaces[w.rng.IntN(len(w.namespaces))]})
+			ns: w.namespaces[w.rng.IntN(len(w.namespaces))], address: w.shared && w.rng.IntN(2) == 0})
 	case 2: // a member is removed
 		if len(w.members) > 0 {
 			i := w.rng.IntN(len(w.members))
@@ -421,10 +442,15 @@ func (w *simWorld) step(t *testing.T) {
 	case 4: // readiness flips, or a LoadBalancer address comes or goes
 		if len(w.members) > 0 {
 			m := w.members[w.rng.IntN(len(w.members))]
-			if w.shared && w.rng.IntN(2) == 0 {
-				m.address = !m.address
-			} else {
+			switch {
+			case !w.shared:
 				m.ready = !m.ready
+			case w.rng.IntN(3) == 0:
+				m.address = !m.address
+			default:
+				// More members, in more namespaces: a group is all ready less often than in one
+				// namespace, unless readiness comes more often than it goes.
+				m.ready = w.rng.IntN(4) != 0
 			}
 		}
 	case 5:
@@ -453,7 +479,7 @@ func (w *simWorld) step(t *testing.T) {
 
 func TestNoEarlyRelease(t *testing.T) {
 	const sequences = 1500
-	total, stragglers := 0, 0
+	total, stragglers, shared, byNamespace := 0, 0, 0, 0
 	for n := range sequences {
 		w := newWorld(rand.New(rand.NewPCG(uint64(n), 42)), n)
 		for range 120 {
@@ -461,6 +487,8 @@ func TestNoEarlyRelease(t *testing.T) {
 		}
 		total += w.releases
 		stragglers += w.stragglers
+		shared += w.sharedReleases
+		byNamespace += w.byNamespace
 	}
 	// The test must be able to fail: it has to have released many pods to prove anything.
 	if total < sequences {
@@ -470,5 +498,10 @@ func TestNoEarlyRelease(t *testing.T) {
 	if stragglers < sequences/12 {
 		t.Fatalf("only %d stragglers released in %d sequences: the simulation does not exercise them", stragglers, sequences)
 	}
-	t.Logf("%d sequences, %d gated pods released, %d of them stragglers (no early one)", sequences, total, stragglers)
+	if shared < sequences/3 || byNamespace < sequences/100 {
+		t.Fatalf("%d releases in shared sequences, %d waiters judging a member by its namespace's own settings: the shared sequences do not exercise them",
+			shared, byNamespace)
+	}
+	t.Logf("%d sequences, %d gated pods released (%d in shared sequences), %d of them stragglers, %d waiters judged a member by its namespace's settings (no early release)",
+		sequences, total, shared, stragglers, byNamespace)
 }

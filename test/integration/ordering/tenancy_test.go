@@ -109,29 +109,24 @@ func TestDeclaredSharedSequence(t *testing.T) {
 	}).WithTimeout(timeout).Should(ContainElements(a, b, other), "a policy without a namespaceSelector applies to every opted-in namespace")
 }
 
-// TestSharedSequenceJudgesEachMemberByItsOwnPolicy: the policies of two namespaces of a declared
-// shared sequence define group svc with different readiness settings: namespace a's the defaults,
-// b's wants a LoadBalancer Service to have an address. The member that orders the group is a's
-// ConfigMap; b's Service, without an address, is not ready by its own policy, so the next group's
-// pod stays gated until the Service has one (the wait Job judged every member by a's settings,
-// and released it at once).
-func TestSharedSequenceJudgesEachMemberByItsOwnPolicy(t *testing.T) {
+// sharedSequence declares a shared sequence over two new namespaces, a and b, each with its own
+// policy (specs[0] for a, specs[1] for b; their namespace selectors are set here), and returns
+// the sequence's name, the namespaces, and the labels of a member of a group of it.
+func sharedSequence(t *testing.T, specs [2]wavev1.WavePolicySpec) (seq, a, b string, in func(group string) map[string]string) {
+	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	team := "t" + rand.String(6)
-	shared := "platform-" + team
-	a, b := namespace(t), namespace(t)
-	byName := func(ns string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	seq = "platform-" + team
+	a, b = namespace(t), namespace(t)
+	policies := []*wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: seq}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+		Name: seq, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}}}
+	for i, ns := range []string{a, b} {
+		spec := specs[i]
+		spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+		policies = append(policies, &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: seq + "-" + []string{"a", "b"}[i]}, Spec: spec})
 	}
-	for _, p := range []*wavev1.WavePolicy{
-		{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
-			Name: shared, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-a"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(a),
-			Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}, {Name: "web", Order: 2}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-b"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(b),
-			Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}}, Readiness: wavev1.Readiness{LoadBalancerIngress: true}}},
-	} {
+	for _, p := range policies {
 		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
 		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
 	}
@@ -141,9 +136,24 @@ func TestSharedSequenceJudgesEachMemberByItsOwnPolicy(t *testing.T) {
 		n.Labels["team"] = team
 		g.Expect(env.Client.Update(ctx, n)).To(Succeed())
 	}
-	in := func(group string) map[string]string {
-		return withSequence(map[string]string{keys.GroupLabel: group}, shared)
+	return seq, a, b, func(group string) map[string]string {
+		return withSequence(map[string]string{keys.GroupLabel: group}, seq)
 	}
+}
+
+// TestSharedSequenceJudgesEachMemberByItsOwnPolicy: the policies of two namespaces of a declared
+// shared sequence define group svc with different readiness settings: namespace a's the defaults,
+// b's wants a LoadBalancer Service to have an address. The member that orders the group is a's
+// ConfigMap; b's Service, without an address, is not ready by its own policy, so the next group's
+// pod stays gated until the Service has one (the wait Job judged every member by a's settings,
+// and released it at once).
+func TestSharedSequenceJudgesEachMemberByItsOwnPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	shared, a, b, in := sharedSequence(t, [2]wavev1.WavePolicySpec{
+		{Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}, {Name: "web", Order: 2}}},
+		{Groups: []wavev1.GroupSpec{{Name: "svc", Order: 1}}, Readiness: wavev1.Readiness{LoadBalancerIngress: true}},
+	})
 
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: a, Labels: in("svc")}}
 	g.Eventually(func() error { return env.Client.Create(ctx, settings) }).WithTimeout(timeout).Should(Succeed())
@@ -513,32 +523,10 @@ func forgedWaitJob(seq string, args waiter.Args) *batchv1.Job {
 func TestSharedSequenceWaitsForEachPolicysRequiredGroups(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	team := "t" + rand.String(6)
-	shared := "platform-" + team
-	a, b := namespace(t), namespace(t)
-	byName := func(ns string) *metav1.LabelSelector {
-		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
-	}
-	for _, p := range []*wavev1.WavePolicy{
-		{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
-			Name: shared, NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-a"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(a),
-			Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: shared + "-b"}, Spec: wavev1.WavePolicySpec{NamespaceSelector: byName(b),
-			Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}}},
-	} {
-		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
-	}
-	for _, ns := range []string{a, b} {
-		n := &corev1.Namespace{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
-		n.Labels["team"] = team
-		g.Expect(env.Client.Update(ctx, n)).To(Succeed())
-	}
-	in := func(group string) map[string]string {
-		return withSequence(map[string]string{keys.GroupLabel: group}, shared)
-	}
+	shared, a, b, in := sharedSequence(t, [2]wavev1.WavePolicySpec{
+		{Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}},
+		{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}},
+	})
 
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: b, Labels: in("web")}}
 	g.Eventually(func() error { return env.Client.Create(ctx, settings) }).WithTimeout(timeout).Should(Succeed())
