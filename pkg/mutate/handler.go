@@ -144,7 +144,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	} else {
 		want[keys.ArgoCDSyncWaveAnnotation] = wave
 	}
-	ops := setEntries(nil, "/metadata/annotations", have, want)
+	ops := patch.SetEntries(nil, "/metadata/annotations", have, want)
 
 	if tpl := obj.Template; tpl != nil {
 		// Only a member in its own right has its template's stale identity removed: an object its
@@ -182,7 +182,7 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 			// controller finds the pods it releases by that label.
 			labels[keys.GroupLabel] = res.Group
 		}
-		ops = setEntries(ops, "/metadata/labels", obj.Labels, labels)
+		ops = patch.SetEntries(ops, "/metadata/labels", obj.Labels, labels)
 	}
 	if req.GroupKind == podGroupKind && req.Create && !obj.Gated && obj.NodeName != "" {
 		// Kubernetes refuses a pod created bound to a node with scheduling gates: gating it would
@@ -269,7 +269,7 @@ func templateOps(tpl *podTemplate, labels map[string]string, stale bool) ([]json
 	if !tpl.HasMetadata {
 		return []jsonpatch.Operation{jsonpatch.NewOperation("add", tpl.Path+"/metadata", map[string]any{"labels": labels})}, nil
 	}
-	ops := setEntries(nil, tpl.Path+"/metadata/labels", tpl.Labels, labels)
+	ops := patch.SetEntries(nil, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 	var warnings []string
 	for _, k := range []string{keys.SequenceLabel, keys.GroupOrderLabel, keys.AdmittedLabel} {
 		if _, ok := tpl.Labels[k]; !ok {

@@ -337,13 +337,6 @@ func TestMutateSkipsAndDenials(t *testing.T) {
 	}
 }
 
-func TestPatchEscapesKeys(t *testing.T) {
-	ops := setEntries(nil, "/metadata/annotations", map[string]string{}, map[string]string{"a/b~c": "1"})
-	if diff := cmp.Diff("/metadata/annotations/a~1b~0c", ops[0].Path); diff != "" {
-		t.Error(diff)
-	}
-}
-
 // TestServeHTTP drives the handler through controller-runtime's webhook HTTP handling: the way the
 // API server reaches it, including garbage that never decodes.
 func TestServeHTTP(t *testing.T) {

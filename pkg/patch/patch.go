@@ -6,6 +6,7 @@ package patch
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -50,4 +51,29 @@ func Marshal(ops ...Operation) ([]byte, error) {
 		return nil, fmt.Errorf("encoding a JSON patch: %w", err)
 	}
 	return b, nil
+}
+
+// SetEntries appends the operations that make the map at path hold every entry of want, leaving
+// other entries alone. It emits nothing for entries that already hold the wanted value, so a second
+// pass over its own output yields no operations. Keys are visited in sorted order: the patch is
+// deterministic.
+func SetEntries(ops []Operation, path string, have, want map[string]string) []Operation {
+	if have == nil {
+		if len(want) == 0 {
+			return ops
+		}
+		return append(ops, Add(path, want))
+	}
+	ks := make([]string, 0, len(want))
+	for k, v := range want {
+		if cur, ok := have[k]; !ok || cur != v {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		// "add" on an existing member replaces it (RFC 6902 4.1).
+		ops = append(ops, Add(Pointer(path, k), want[k]))
+	}
+	return ops
 }

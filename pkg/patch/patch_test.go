@@ -18,6 +18,11 @@ func TestPatches(t *testing.T) {
 		"add an annotation with an escaped key": {[]Operation{Add(Pointer("/metadata/annotations", "resolved.wavegate.io/wave"), "now")},
 			`[{"op":"add","path":"/metadata/annotations/resolved.wavegate.io~1wave","value":"now"}]`},
 		"remove a field": {[]Operation{Remove("/spec/activeDeadlineSeconds")}, `[{"op":"remove","path":"/spec/activeDeadlineSeconds"}]`},
+		"set entries of a map that is not there": {SetEntries(nil, "/metadata/annotations", nil, map[string]string{"a/b~c": "1"}),
+			`[{"op":"add","path":"/metadata/annotations","value":{"a/b~c":"1"}}]`},
+		"set entries by escaped key, only those that differ": {SetEntries(nil, "/metadata/annotations",
+			map[string]string{"same": "1", "other": "x"}, map[string]string{"a/b~c": "1", "same": "1"}),
+			`[{"op":"add","path":"/metadata/annotations/a~1b~0c","value":"1"}]`},
 		"tilde before slash": {[]Operation{Add(Pointer("/metadata/labels", "a~b/c"), "v")},
 			`[{"op":"add","path":"/metadata/labels/a~0b~1c","value":"v"}]`},
 	}

@@ -124,9 +124,13 @@ func jobStates(jobs []batchv1.Job, succeeded map[types.UID]time.Time) JobStates 
 
 // waiterArgs parses the arguments a wait Job runs its waiter with (false: none that parse).
 func waiterArgs(j *batchv1.Job) (waiter.Args, bool) {
+	return parseWaiter(j, waiter.ParseArgs)
+}
+
+func parseWaiter(j *batchv1.Job, parse func([]string) (waiter.Args, error)) (waiter.Args, bool) {
 	for _, c := range j.Spec.Template.Spec.Containers {
 		if c.Name == WaiterContainer {
-			a, err := waiter.ParseArgs(c.Args)
+			a, err := parse(c.Args)
 			return a, err == nil
 		}
 	}
@@ -135,9 +139,9 @@ func waiterArgs(j *batchv1.Job) (waiter.Args, bool) {
 
 // staleWaiter reports whether a wait Job's waiter judges the group's members by other readiness
 // settings than the group's (or cannot be read). The members are the same: the Job's name comes
-// from the group's revision.
+// from the group's revision. Only the settings are parsed (a pass asks it of every running Job).
 func staleWaiter(j *batchv1.Job, g *Group) bool {
-	a, ok := waiterArgs(j)
+	a, ok := parseWaiter(j, waiter.ParseReadiness)
 	return !ok || !equality.Semantic.DeepEqual(a.Readiness, g.Readiness) ||
 		!equality.Semantic.DeepEqual(a.NamespaceReadiness, g.NamespaceReadiness)
 }
@@ -250,11 +254,9 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
 	now := r.now()
 	d := armDeadline(j.CreationTimestamp.Time, now, g.Timeout)
-	opened := patch.Add("/metadata/annotations", map[string]string{keys.WaitOpenedAnnotation: now.UTC().Format(time.RFC3339Nano)})
-	if j.Annotations != nil {
-		opened = patch.Add(patch.Pointer("/metadata/annotations", keys.WaitOpenedAnnotation), now.UTC().Format(time.RFC3339Nano))
-	}
-	gone, err := r.patchJSON(ctx, j, patch.Add("/spec/activeDeadlineSeconds", d), opened)
+	ops := patch.SetEntries([]patch.Operation{patch.Add("/spec/activeDeadlineSeconds", d)}, "/metadata/annotations", j.Annotations,
+		map[string]string{keys.WaitOpenedAnnotation: now.UTC().Format(time.RFC3339Nano)})
+	gone, err := r.patchJSON(ctx, j, ops...)
 	if err != nil {
 		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
 	}

@@ -159,6 +159,26 @@ func (a Args) Checkers() (*readiness.Checker, map[string]*readiness.Checker, err
 	return def, byNamespace, nil
 }
 
+// ParseReadiness parses only the readiness settings of container arguments (Encode's output),
+// as ParseArgs would: what the manager compares with its plan on every pass, without parsing one
+// --member per member (no flag value starts with "--": names and label values cannot).
+func ParseReadiness(args []string) (Args, error) {
+	if len(args) == 0 || args[0] != Command {
+		return Args{}, fmt.Errorf("not a %q command: %v", Command, args)
+	}
+	kept := []string{Command}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case (a == "--readiness" || a == "--namespace-readiness") && i+1 < len(args):
+			kept = append(kept, a, args[i+1])
+			i++
+		case strings.HasPrefix(a, "--readiness=") || strings.HasPrefix(a, "--namespace-readiness="):
+			kept = append(kept, a)
+		}
+	}
+	return ParseArgs(kept)
+}
+
 // ParseArgs parses container arguments (Encode's output) back. Flags it does not know are
 // skipped: a Job made by a newer manager (before a rollback, or beside it during a rolling update)
 // still gets its waiter's access and is resumed. The waiter itself refuses them.

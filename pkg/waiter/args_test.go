@@ -40,6 +40,14 @@ func TestArgsRoundTrip(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("round trip (-want,+got):\n%s", diff)
 			}
+			// The settings alone, as the manager reads them on every pass.
+			settings, err := ParseReadiness(want.Encode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(Args{Readiness: want.Readiness, NamespaceReadiness: want.NamespaceReadiness}, settings); diff != "" {
+				t.Errorf("ParseReadiness (-want,+got):\n%s", diff)
+			}
 		})
 	}
 	// A flag of a newer manager is skipped, with its value.
@@ -47,6 +55,16 @@ func TestArgsRoundTrip(t *testing.T) {
 		Namespace: "shop", Name: "web"}}}.Encode(), "--from-the-future", "x", "--other=y")
 	if got, err := ParseArgs(newer); err != nil || got.Group != "g" || len(got.Members) != 1 {
 		t.Errorf("ParseArgs(%q) = %+v, %v; want the known flags parsed and the others skipped", newer, got, err)
+	}
+	// The flags' "=" form too.
+	if got, err := ParseReadiness([]string{"wait", "--readiness={\"loadBalancerIngress\":true}", "--namespace-readiness=ops={}"}); err != nil ||
+		!got.Readiness.LoadBalancerIngress || len(got.NamespaceReadiness) != 1 {
+		t.Errorf("ParseReadiness of the = form = %+v, %v", got, err)
+	}
+	for _, bad := range [][]string{{"status"}, {"wait", "--readiness", "{"}, {"wait", "--namespace-readiness", "apps"}} {
+		if _, err := ParseReadiness(bad); err == nil {
+			t.Errorf("ParseReadiness(%q) accepted garbage", bad)
+		}
 	}
 	for _, bad := range [][]string{nil, {"status"}, {"wait", "--member", "not-a-member"}, {"wait", "--readiness", "{"},
 		{"wait", "--member", "apps/v1/deployments/shop/web/uid"}, {"wait", "--member", "apps/v1/deployments/shop/web/uid/-1"},
