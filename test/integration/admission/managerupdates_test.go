@@ -1,0 +1,101 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/patch"
+	"wavegate.io/wavegate/pkg/sequence"
+)
+
+// TestManagerUpdatesOnlyFinalizersAndItsGate: the manager's roles let it patch pods and every member
+// kind cluster-wide (RBAC cannot say which fields); config/rbac's manager-updates policy refuses,
+// for its ServiceAccount, every change to an object it did not make but removing finalizers (and
+// what wavegate's admission stamps in the same request), and a pod's wavegate.io/ordered gate: a
+// stolen manager token cannot change what a tenant's workload runs. Its own objects (wait Jobs) it
+// changes as they work. Each refusal names what was changed.
+func TestManagerUpdatesOnlyFinalizersAndItsGate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgr := asManager(g)
+	ns := namespace(t, false)
+	patchAs := func(c client.Client, o client.Object, ops ...patch.Operation) error {
+		t.Helper()
+		body, err := patch.Marshal(ops...)
+		g.Expect(err).NotTo(HaveOccurred())
+		return c.Patch(ctx, o, client.RawPatch(types.JSONPatchType, body))
+	}
+
+	labels := map[string]string{"app": "web"}
+	web := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns, Finalizers: []string{keys.TeardownFinalizer, "example.com/keep"},
+			Annotations: map[string]string{keys.ResolvedGroupAnnotation: "web", "team": "a"}},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}}},
+	}
+	g.Expect(env.Client.Create(ctx, web)).To(Succeed())
+	t.Cleanup(func() {
+		_ = patchAs(env.Client, web, patch.Remove("/metadata/finalizers"))
+	})
+	// The API server loads a policy a moment after it is created.
+	g.Eventually(func() error {
+		return patchAs(mgr, web, patch.Add("/spec/template/spec/containers/0/image", "attacker:1"))
+	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("not their spec")))
+	g.Expect(patchAs(mgr, web, patch.Add("/metadata/labels", map[string]string{"exposed": "true"}))).
+		To(MatchError(ContainSubstring("not their metadata.labels")))
+	g.Expect(patchAs(mgr, web, patch.Add("/metadata/annotations/team", "b"))).
+		To(MatchError(ContainSubstring("no annotation")))
+	g.Expect(patchAs(mgr, web, patch.Add("/metadata/finalizers/-", "example.com/block"))).
+		To(MatchError(ContainSubstring("not add them")))
+	// What admission stamps (a policy changed since the object was written) goes with the request.
+	g.Expect(patchAs(mgr, web, patch.Add("/metadata/annotations/"+patch.Escape(keys.ResolvedGroupAnnotation), "web2"))).To(Succeed())
+	g.Expect(patchAs(mgr, web, patch.TestAndRemove("/metadata/finalizers", 0, keys.TeardownFinalizer)...)).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(web), web)).To(Succeed())
+	g.Expect(web.Finalizers).To(Equal([]string{"example.com/keep"}))
+	g.Expect(web.Spec.Template.Spec.Containers[0].Image).To(Equal("web:1"))
+
+	other := corev1.PodSchedulingGate{Name: "example.com/hold"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: keys.SchedulingGate}, other},
+			Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	g.Expect(patchAs(mgr, pod, patch.Remove("/spec/schedulingGates/1"))).
+		To(MatchError(ContainSubstring("only by removing its scheduling gate wavegate.io/ordered")))
+	g.Expect(patchAs(mgr, pod, patch.Add("/spec/containers/0/image", "attacker:1"))).
+		To(MatchError(ContainSubstring("only by removing its scheduling gate wavegate.io/ordered")))
+	g.Expect(patchAs(mgr, pod, patch.Add("/metadata/labels", map[string]string{"app": "db"}))).
+		To(MatchError(ContainSubstring("not their metadata.labels")))
+	g.Expect(sequence.HasGate(pod)).To(BeTrue())
+	g.Expect(patchAs(mgr, pod, patch.TestAndRemove("/spec/schedulingGates", 0, map[string]string{"name": keys.SchedulingGate})...)).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+	g.Expect(pod.Spec.SchedulingGates).To(Equal([]corev1.PodSchedulingGate{other}))
+
+	config := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Data: map[string]string{"url": "https://db"}}
+	g.Expect(env.Client.Create(ctx, config)).To(Succeed())
+	g.Expect(patchAs(mgr, config, patch.Add("/data/url", "https://attacker"))).To(MatchError(ContainSubstring("not their data")))
+
+	// A wait Job is the manager's own: it arms and disarms it. A tenant's Job is not.
+	own := waitJob(ns, "wavegate-wait-web", sequence.WaiterServiceAccount)
+	own.Spec.Suspend = ptr.To(true)
+	tenant := waitJob(ns, "migrate", "default")
+	tenant.Labels = nil
+	tenant.Spec.Suspend = ptr.To(true)
+	for _, j := range []*batchv1.Job{own, tenant} {
+		g.Expect(env.Client.Create(ctx, j)).To(Succeed())
+	}
+	g.Expect(patchAs(mgr, own, patch.Add("/spec/activeDeadlineSeconds", 600))).To(Succeed())
+	g.Expect(patchAs(mgr, tenant, patch.Add("/spec/activeDeadlineSeconds", 1))).To(MatchError(ContainSubstring("not their spec")))
+	g.Expect(patchAs(mgr, tenant, patch.Add("/metadata/labels", map[string]string{keys.WaitJobLabel: "true"}))).
+		To(MatchError(ContainSubstring("not their metadata.labels")), "a tenant's Job made the manager's own by a label")
+}
