@@ -35,6 +35,16 @@ func (o *opener) CachedOpenPods(group string, pos func() podGroup) bool {
 	return o.cached.opens(group, pos)
 }
 
+// Requires returns, for the pods of a group that the cache's plan has and opens, a group that
+// their own namespace's policy requires before them and that the plan does not have (it has no
+// members yet): what they wait for. Empty: none, or the group is not open.
+func (o *opener) Requires(group string, pos func() podGroup) string {
+	if open := o.cached.groups[group]; !open {
+		return ""
+	}
+	return o.cached.missing(pos())
+}
+
 // Read reports whether the consistent read has been made.
 func (o *opener) Read() bool { return o.freshOpen != nil }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -401,4 +402,57 @@ func TestPodsOfAGroupOnlyAnotherPolicyRequires(t *testing.T) {
 	if !openGroups(plan).opens("config", func() podGroup { return podGroup{order: 5, requires: []string{"db"}} }) {
 		t.Error("pods of config stayed gated with db in the plan")
 	}
+}
+
+// TestStatusNamesTheGroupPodsWaitForInTheirPolicy: the pods of an open group that still wait for a
+// group their own namespace's policy requires (it has no members yet; the group is in the plan
+// for another namespace's members) are named in their group's status, and the sequence is not
+// Ready: a group reported open with pods gated, and no word of why, was all a user saw.
+func TestStatusNamesTheGroupPodsWaitForInTheirPolicy(t *testing.T) {
+	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "shop"}, Spec: wavev1.WavePolicySpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}},
+		Groups:            []wavev1.GroupSpec{{Name: "database", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wavev1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "shop"}}}
+	pod := gatedPod("web-1", "web", "a")
+	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).
+		WithIndex(&corev1.Pod{}, PodSequenceIndex, func(o client.Object) []string { return []string{members.SequenceOf(o)} }).
+		WithObjects(ns, pod).Build()
+	r := &Reconciler{Client: c, APIReader: c}
+	ctx := context.Background()
+	// web is open: its only member is in another namespace, whose policy requires nothing.
+	plan := []*Group{{Name: "web", Order: 3, Open: true, Released: true, Phase: wavev1.GroupReleased, Message: "ready",
+		Members: []Member{m("web", 3, "storefront", "web", 1)}}}
+	fresh := &freshView{r: r, seq: "shop", idx: idx, scope: newScope(c, "wavegate-system")}
+	u, err := r.ungate(ctx, cachedPods(t, r), newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil }), fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.pods) > 0 {
+		t.Fatalf("released %s without the database its namespace's policy requires", u.pods[0].Name)
+	}
+	if d := cmp.Diff(map[string]string{"web": "database"}, u.requires); d != "" {
+		t.Errorf("what web's pods wait for (-want +got):\n%s", d)
+	}
+	if _, err := r.writeStatus(ctx, "shop", plan, nil, u, &teardown.Result{}, nil, hold{}, &wavev1.Sequence{}); err != nil {
+		t.Fatal(err)
+	}
+	cur := &wavev1.Sequence{}
+	if err := c.Get(ctx, client.ObjectKey{Name: ObjectName("shop")}, cur); err != nil {
+		t.Fatal(err)
+	}
+	const want = "ready; some of its pods wait for group database, which their namespace's policy requires and which has no members yet"
+	if len(cur.Status.Groups) != 1 || cur.Status.Groups[0].Message != want || cur.Status.Groups[0].GatedPods != 1 {
+		t.Errorf("groups %+v, want web with 1 gated pod and the message %q", cur.Status.Groups, want)
+	}
+	if cond := meta.FindStatusCondition(cur.Status.Conditions, "Ready"); cond == nil || cond.Status != metav1.ConditionFalse ||
+		!strings.Contains(cond.Message, "wait for group database") {
+		t.Errorf("Ready condition %+v, want False naming the database", cond)
+	}
+	metrics.Forget("shop")
 }

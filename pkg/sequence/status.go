@@ -60,9 +60,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		if g.Open {
 			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name], u.templates[g.Name])
 		}
+		waits := ""
+		if r := u.requires[g.Name]; r != "" {
+			// The group is open, but not for pods whose own namespace's policy requires more.
+			waits = fmt.Sprintf("some of its pods wait for group %s, which their namespace's policy requires and which has no members yet", r)
+			gs.Message += "; " + waits
+		}
 		groups = append(groups, gs)
-		summary = append(summary, fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase))
-		allReleased = allReleased && g.Released
+		line := fmt.Sprintf("%s %d/%d %s", g.Name, gs.Ready, gs.Members, g.Phase)
+		if waits != "" {
+			line += " (" + waits + ")"
+		}
+		summary = append(summary, line)
+		allReleased = allReleased && g.Released && waits == ""
 	}
 	// Groups whose every object is being deleted are no longer planned, but teardown still orders
 	// them: they stay in the status (and in what admission reads) until they are gone.

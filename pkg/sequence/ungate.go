@@ -63,6 +63,10 @@ type ungated struct {
 	// podsOnly are the groups of still gated pods that the cache's plan does not have (no tracked
 	// member), and where they stand: the status counts their gated pods too.
 	podsOnly map[string]podGroup
+	// requires are the open groups of the plan whose pods still wait, each for a group that the
+	// pods' own namespace's policy requires before them and that has no members yet (the
+	// alphabetically first such group): the status names it.
+	requires map[string]string
 	// joins tells the namespaces whose pods are the sequence's.
 	joins func(namespace string) bool
 }
@@ -197,11 +201,14 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 // On an error it returns what it decided so far.
 func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opener, fresh *freshView) (*ungated, error) {
 	out := &ungated{seq: fresh.seq, known: make(map[types.UID]bool, len(pods)), gated: map[string]int32{}, released: map[string][]string{}, running: map[string][]string{},
-		templates: map[string][]string{}, podsOnly: map[string]podGroup{}, joins: fresh.joins(ctx)}
+		templates: map[string][]string{}, podsOnly: map[string]podGroup{}, requires: map[string]string{}, joins: fresh.joins(ctx)}
 	stillGated := func(group string, p *corev1.Pod) {
 		out.gated[group]++
 		if _, ok := out.podsOnly[group]; !ok && !gate.Planned(group) {
 			out.podsOnly[group] = fresh.podGroup(ctx, p)
+		}
+		if r := gate.Requires(group, func() podGroup { return fresh.podGroup(ctx, p) }); r != "" && (out.requires[group] == "" || r < out.requires[group]) {
+			out.requires[group] = r
 		}
 	}
 	var candidates []*corev1.Pod
