@@ -99,3 +99,43 @@ func TestManagerUpdatesOnlyFinalizersAndItsGate(t *testing.T) {
 	g.Expect(patchAs(mgr, tenant, patch.Add("/metadata/labels", map[string]string{keys.WaitJobLabel: "true"}))).
 		To(MatchError(ContainSubstring("not their metadata.labels")), "a tenant's Job made the manager's own by a label")
 }
+
+// TestManagersWritesSkipTheWebhook: the objects webhook is not called for the manager's own writes
+// (config/webhook's not-by-the-manager condition). Its teardown removes a member's finalizer; a
+// webhook call there was a round trip per finalizer, and whatever admission stamped in the same
+// request (here: the member's annotations, and the finalizer put back on a member that keeps its
+// group) would be the manager's change, which the manager-updates policy refuses where it is not
+// a finalizer or wavegate's annotations.
+func TestManagersWritesSkipTheWebhook(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgr := asManager(g)
+	ns := namespace(t, false)
+	// Created before its namespace opts in: admission never saw it.
+	config := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: ns,
+		Labels: map[string]string{keys.GroupLabel: "config", keys.GroupOrderLabel: "1"}, Finalizers: []string{keys.TeardownFinalizer}}}
+	g.Expect(env.Client.Create(ctx, config)).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(config), config)
+		config.Finalizers = nil
+		_ = env.Client.Update(ctx, config)
+	})
+	namespaceObj := &corev1.Namespace{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, namespaceObj)).To(Succeed())
+	namespaceObj.Labels[keys.EnabledLabel] = "true"
+	g.Expect(env.Client.Update(ctx, namespaceObj)).To(Succeed())
+	// Once the API server sees the namespace opted in, admission stamps what anyone else creates.
+	g.Eventually(func() map[string]string {
+		probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns,
+			Labels: map[string]string{keys.GroupLabel: "config", keys.GroupOrderLabel: "1"}}}
+		g.Expect(env.Client.Create(ctx, probe)).To(Succeed())
+		return probe.Annotations
+	}).WithTimeout(10 * time.Second).Should(HaveKey(keys.ResolvedGroupAnnotation))
+
+	body, err := patch.Marshal(patch.TestAndRemove("/metadata/finalizers", 0, keys.TeardownFinalizer)...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mgr.Patch(ctx, config, client.RawPatch(types.JSONPatchType, body))).To(Succeed())
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(config), config)).To(Succeed())
+	g.Expect(config.Finalizers).To(BeEmpty(), "admission put the finalizer the manager removed back")
+	g.Expect(config.Annotations).NotTo(HaveKey(keys.ResolvedGroupAnnotation), "admission stamped the manager's write")
+}
