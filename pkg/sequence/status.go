@@ -61,9 +61,9 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 			gs.ClearedTemplates = clearedTemplates(cleared[g.Name], u.released[g.Name], u.running[g.Name], u.templates[g.Name])
 		}
 		waits := ""
-		if r := u.requires[g.Name]; r != "" {
+		if req := u.requires[g.Name]; req != "" {
 			// The group is open, but not for pods whose own namespace's policy requires more.
-			waits = fmt.Sprintf("some of its pods wait for group %s, which their namespace's policy requires and which has no members yet", r)
+			waits = fmt.Sprintf("some of its pods wait for group %s, which their namespace's policy requires and which has no members yet", req)
 			gs.Message += "; " + waits
 		}
 		groups = append(groups, gs)
@@ -101,7 +101,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	waiting, held := 0, int32(0)
 	for _, g := range groups {
 		metrics.GatedPods.WithLabelValues(seq, g.Name).Set(float64(g.GatedPods))
-		if g.Phase != wavev1.GroupReleased {
+		if g.Phase != wavev1.GroupReleased || u.requires[g.Name] != "" {
 			waiting++
 		}
 		held += g.Held

@@ -64,8 +64,8 @@ type ungated struct {
 	// member), and where they stand: the status counts their gated pods too.
 	podsOnly map[string]podGroup
 	// requires are the open groups of the plan whose pods still wait, each for a group that the
-	// pods' own namespace's policy requires before them and that has no members yet (the
-	// alphabetically first such group): the status names it.
+	// pods' own namespace's policy requires before them and that has no members yet (of the groups
+	// its pods wait for, the one whose name sorts first): the status names it.
 	requires map[string]string
 	// joins tells the namespaces whose pods are the sequence's.
 	joins func(namespace string) bool
@@ -207,8 +207,8 @@ func (r *Reconciler) ungate(ctx context.Context, pods []*corev1.Pod, gate *opene
 		if _, ok := out.podsOnly[group]; !ok && !gate.Planned(group) {
 			out.podsOnly[group] = fresh.podGroup(ctx, p)
 		}
-		if r := gate.Requires(group, func() podGroup { return fresh.podGroup(ctx, p) }); r != "" && (out.requires[group] == "" || r < out.requires[group]) {
-			out.requires[group] = r
+		if req := gate.Requires(group, func() podGroup { return fresh.podGroup(ctx, p) }); req != "" && (out.requires[group] == "" || req < out.requires[group]) {
+			out.requires[group] = req
 		}
 	}
 	var candidates []*corev1.Pod
