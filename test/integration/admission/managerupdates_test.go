@@ -99,11 +99,13 @@ func TestManagerUpdatesOnlyFinalizersAndItsGate(t *testing.T) {
 	g.Expect(patchAs(mgr, tenant, patch.Add("/spec/activeDeadlineSeconds", 1))).To(MatchError(ContainSubstring("not their spec")))
 	g.Expect(patchAs(mgr, tenant, patch.Add("/metadata/labels", map[string]string{keys.WaitJobLabel: "true"}))).
 		To(MatchError(ContainSubstring("as its own")), "a tenant's Job made the manager's own by a label")
-	// A deleted object stuck on another product's finalizer (its controller gone) is let go.
-	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: ns, Finalizers: []string{"example.com/gone"}}}
+	// An object being deleted is left out: a deleted object stuck on another product's finalizer (its
+	// controller gone) is let go, also when another product's admission changes it in that request.
+	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: ns, Finalizers: []string{"example.com/gone"}},
+		Data: map[string]string{"url": "https://db"}}
 	g.Expect(env.Client.Create(ctx, stuck)).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, stuck)).To(Succeed())
-	g.Expect(patchAs(mgr, stuck, patch.Remove("/metadata/finalizers"))).To(Succeed())
+	g.Expect(patchAs(mgr, stuck, patch.Add("/data/injected", "by-a-mutating-policy"), patch.Remove("/metadata/finalizers"))).To(Succeed())
 }
 
 // TestManagersWritesSkipTheWebhook: the objects webhook is not called for the manager's own writes
