@@ -542,3 +542,31 @@ func TestSharedSequenceWaitsForEachPolicysRequiredGroups(t *testing.T) {
 	markStatefulSetReady(t, db)
 	eventuallyUngated(t, pod)
 }
+
+// TestPodsWaitingForTheirPolicysRequiredGroupAreReported: web's only member is in namespace a,
+// whose policy requires nothing before it, so web is released; a pod of web in namespace b, whose
+// policy requires db, waits for db, which has no members yet. The Sequence says so, and is not
+// Ready (it said web Released and every group released, with the pod gated).
+func TestPodsWaitingForTheirPolicysRequiredGroupAreReported(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	shared, a, b, in := sharedSequence(t, [2]wavev1.WavePolicySpec{
+		{Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}},
+		{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}},
+	})
+	web := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: a, Labels: in("web")}}
+	g.Eventually(func() error { return env.Client.Create(ctx, web) }).WithTimeout(timeout).Should(Succeed())
+	pod := barePod(t, b, "web-b", in("web"))
+	g.Eventually(func(g Gomega) {
+		s := sequenceStatus(g, shared)
+		var msg string
+		for _, gs := range s.Status.Groups {
+			if gs.Name == "web" {
+				msg = gs.Message
+			}
+		}
+		g.Expect(msg).To(ContainSubstring("some of its pods wait for group db"))
+		g.Expect(meta.IsStatusConditionFalse(s.Status.Conditions, "Ready")).To(BeTrue())
+	}).WithTimeout(timeout).Should(Succeed())
+	expectGated(t, pod)
+}
