@@ -33,10 +33,7 @@ func TestManagerUpdatesOnlyFinalizersAndItsGate(t *testing.T) {
 	mgr := asManager(g)
 	ns := namespace(t, false)
 	patchAs := func(c client.Client, o client.Object, ops ...patch.Operation) error {
-		t.Helper()
-		body, err := patch.Marshal(ops...)
-		g.Expect(err).NotTo(HaveOccurred())
-		return c.Patch(ctx, o, client.RawPatch(types.JSONPatchType, body))
+		return jsonPatch(g, c, o, ops...)
 	}
 
 	labels := map[string]string{"app": "web"}
@@ -132,9 +129,14 @@ func TestManagersWritesSkipTheWebhook(t *testing.T) {
 		return c.Finalizers
 	}).WithTimeout(10 * time.Second).Should(ContainElement(keys.TeardownFinalizer))
 	i := slices.Index(config.Finalizers, keys.TeardownFinalizer)
-	body, err := patch.Marshal(patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(mgr.Patch(ctx, config, client.RawPatch(types.JSONPatchType, body))).To(Succeed())
+	g.Expect(jsonPatch(g, mgr, config, patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)).To(Succeed())
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(config), config)).To(Succeed())
 	g.Expect(config.Finalizers).NotTo(ContainElement(keys.TeardownFinalizer), "admission put back the finalizer the manager removed")
+}
+
+// jsonPatch sends ops to o as c (the manager, or the suite's admin) in one JSON patch.
+func jsonPatch(g Gomega, c client.Client, o client.Object, ops ...patch.Operation) error {
+	body, err := patch.Marshal(ops...)
+	g.Expect(err).NotTo(HaveOccurred())
+	return c.Patch(context.Background(), o, client.RawPatch(types.JSONPatchType, body))
 }

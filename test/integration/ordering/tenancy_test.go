@@ -515,6 +515,16 @@ func forgedWaitJob(seq string, args waiter.Args) *batchv1.Job {
 	}
 }
 
+// webThenDBRequiredInB returns the policies of a shared sequence's namespaces a and b: both order
+// web, and only b's requires db before it. A new value each time: creating a policy decodes the
+// API server's answer into its spec.
+func webThenDBRequiredInB() [2]wavev1.WavePolicySpec {
+	return [2]wavev1.WavePolicySpec{
+		{Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}},
+		{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}},
+	}
+}
+
 // TestSharedSequenceWaitsForEachPolicysRequiredGroups: in a platform-declared shared sequence, a
 // group with members in two namespaces waits for the groups that either namespace's policy
 // requires, not only for those of the member that orders it. Namespace b's policy requires its
@@ -523,10 +533,7 @@ func forgedWaitJob(seq string, args waiter.Args) *batchv1.Job {
 func TestSharedSequenceWaitsForEachPolicysRequiredGroups(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	shared, a, b, in := sharedSequence(t, [2]wavev1.WavePolicySpec{
-		{Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}},
-		{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}},
-	})
+	shared, a, b, in := sharedSequence(t, webThenDBRequiredInB())
 
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: b, Labels: in("web")}}
 	g.Eventually(func() error { return env.Client.Create(ctx, settings) }).WithTimeout(timeout).Should(Succeed())
@@ -550,10 +557,7 @@ func TestSharedSequenceWaitsForEachPolicysRequiredGroups(t *testing.T) {
 func TestPodsWaitingForTheirPolicysRequiredGroupAreReported(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	shared, a, b, in := sharedSequence(t, [2]wavev1.WavePolicySpec{
-		{Groups: []wavev1.GroupSpec{{Name: "web", Order: 2}}},
-		{Groups: []wavev1.GroupSpec{{Name: "db", Order: 1, Required: true}, {Name: "web", Order: 2}}},
-	})
+	shared, a, b, in := sharedSequence(t, webThenDBRequiredInB())
 	web := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: a, Labels: in("web")}}
 	g.Eventually(func() error { return env.Client.Create(ctx, web) }).WithTimeout(timeout).Should(Succeed())
 	pod := barePod(t, b, "web-b", in("web"))
