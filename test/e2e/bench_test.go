@@ -63,8 +63,8 @@ spec:
 }
 
 // podTimes records, from a watch, when each pod of a namespace was first seen without wavegate's
-// gate or the benchmark's (released: for a pod that was never gated, when it was created) and first seen done, by
-// group. A pod is done when it is Ready, or, if a Job owns it, when it has Succeeded (a Job's pod is
+// gate or the benchmark's (released: for a pod that was never gated, when it was created) and
+// first seen done, by group. A pod is done when it is Ready, or, if a Job owns it, when it has Succeeded (a Job's pod is
 // Ready while it runs; its group is ready once the Job completes).
 type podTimes struct {
 	mu sync.Mutex
@@ -372,15 +372,14 @@ func BenchmarkReleaseLatency(b *testing.B) {
 // removeGates plays a controller that releases pods as soon as it may: it removes gate from each pod
 // of namespace ns as wavegate's manager does (a JSON patch that tests and removes, 64 in flight, the
 // manager's client limits), until ctx ends. With after > 0 it holds the gated pods until that many
-// pods without the gate are done (Ready), and releases them all then; with 0, each the moment it
-// sees it. Either way with no ordering of its own: no webhook, no settle, no read.
+// pods without the gate are done (Ready), and releases them all then (the ideal ordering); with 0,
+// each the moment it sees it. Either way it needs no webhook, no settle, no waiter and no read.
 func removeGates(ctx context.Context, t testing.TB, ns, gate string, after int) {
 	c := rest.CopyConfig(config)
 	c.QPS, c.Burst = 100, 200
 	client := kubernetes.NewForConfigOrDie(c)
 	w := watchNamespacePods(ctx, t, ns)
 	work := make(chan *corev1.Pod, 128)
-	hasGate := func(p *corev1.Pod) bool { return hasSchedulingGate(p, gate) }
 	go func() {
 		defer close(work)
 		defer w.Stop()
@@ -391,10 +390,10 @@ func removeGates(ctx context.Context, t testing.TB, ns, gate string, after int) 
 			if !ok {
 				continue
 			}
-			if !hasGate(p) && podDone(p) {
+			if !hasSchedulingGate(p, gate) && podDone(p) {
 				done[p.Name] = true
 			}
-			if !seen[p.Name] && hasGate(p) {
+			if !seen[p.Name] && hasSchedulingGate(p, gate) {
 				seen[p.Name] = true
 				held = append(held, p)
 			}
