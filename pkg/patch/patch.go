@@ -38,10 +38,13 @@ func Add(path string, value any) Operation { return jsonpatch.NewOperation("add"
 // Remove removes the value at path (the patch fails when there is none).
 func Remove(path string) Operation { return jsonpatch.NewOperation("remove", path, nil) }
 
+// Test makes the patch fail (422) unless the value at path equals value.
+func Test(path string, value any) Operation { return jsonpatch.NewOperation("test", path, value) }
+
 // TestAndRemove tests that element i of the list at path equals value, then removes it.
 func TestAndRemove(path string, i int, value any) []Operation {
 	at := path + "/" + strconv.Itoa(i)
-	return []Operation{jsonpatch.NewOperation("test", at, value), Remove(at)}
+	return []Operation{Test(at, value), Remove(at)}
 }
 
 // Marshal encodes operations as a JSON patch document.

@@ -106,6 +106,62 @@ func TestRemoveGateAlreadyRemoved(t *testing.T) {
 	}
 }
 
+// TestRemoveGateSparesAPodRecreatedUnderItsName, against a real API server: a pass decides on the
+// pod it saw (a StatefulSet's web-0, say), and the pod is deleted and created again under the same
+// name before the pass patches it (its group's earlier group became unready meanwhile, so the new
+// pod was gated on the new state). The new pod keeps its gate, also when its gates are not where
+// the cache saw the old pod's (the path that reads the pod again).
+func TestRemoveGateSparesAPodRecreatedUnderItsName(t *testing.T) {
+	ctx := context.Background()
+	c := apiServer(t).Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "remove-gate-recreated"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	r := &sequence.Reconciler{Client: c, APIReader: c}
+	for _, tc := range []struct {
+		name  string
+		gates []string
+	}{
+		{"web-0", []string{keys.SchedulingGate}},
+		{"web-1", []string{"example.com/other", keys.SchedulingGate}},
+	} {
+		pod := func(gates ...string) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns.Name},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "app"}}}}
+			for _, g := range gates {
+				p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
+			}
+			return p
+		}
+		old := pod(keys.SchedulingGate)
+		if err := c.Create(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		// Gone at once: it was never bound.
+		if err := c.Delete(ctx, old, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		recreated := pod(tc.gates...)
+		if err := c.Create(ctx, recreated); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RemoveGate(ctx, old); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		cur := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(recreated), cur); err != nil {
+			t.Fatal(err)
+		}
+		if cur.UID != recreated.UID {
+			t.Fatalf("%s: the test proves nothing: the pod was not recreated", tc.name)
+		}
+		if d := cmp.Diff(recreated.Spec.SchedulingGates, cur.Spec.SchedulingGates); d != "" {
+			t.Errorf("%s: the gates of the pod created again under its name (-want +got):\n%s", tc.name, d)
+		}
+	}
+}
+
 // TestDisarmJob, against a real API server: the deadline of a running Job can be removed (the Job
 // controller then no longer times it out); a second removal from a cache that still shows the
 // deadline is refused by the API server (422: the path is gone), which is not an error, and

@@ -379,16 +379,23 @@ func HasGate(p *corev1.Pod) bool {
 	return false
 }
 
-// removeGate removes wavegate's gate with a JSON patch that first tests the gate is where it was
-// seen, so a concurrent change of the gates makes the patch fail instead of removing another gate.
-// When the gate is not where the cache saw it (a pass whose patches the cache has not seen yet
-// removed it, or the gates changed), the pod is read and, if still gated, patched once more.
+// removeGate removes wavegate's gate with a JSON patch that first tests the pod is the one the pass
+// decided on (its UID: a pod deleted and created again under its name, a StatefulSet's, was gated
+// on what holds now, which the pass did not see) and that the gate is where it was seen, so a
+// concurrent change of the gates makes the patch fail instead of removing another gate. When the
+// gate is not where the cache saw it (a pass whose patches the cache has not seen yet removed it,
+// or the gates changed), the pod is read and, if it is the same pod and still gated, patched once
+// more.
 func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 	err := r.removeGateAt(ctx, p)
 	if apierrors.IsInvalid(err) && r.APIReader != nil {
 		cur := &corev1.Pod{}
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			return client.IgnoreNotFound(err)
+		}
+		if cur.UID != p.UID {
+			// Another pod now: a pass of its own decides on it.
+			return nil
 		}
 		if !HasGate(cur) || cur.DeletionTimestamp != nil {
 			r.recent.add(p.UID, r.now())
@@ -412,7 +419,8 @@ func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
 		// wavegate's. Each entry is converted on every later write of the pod (its binding, its
 		// kubelet's status updates); a released-at annotation written here cost the hundred-pod
 		// release about 55 ms on the local cluster (docs/benchmarks.md).
-		ops := patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})
+		ops := append([]patch.Operation{patch.Test("/metadata/uid", p.UID)},
+			patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})...)
 		// The pod is the cache's own (sequencePods does not copy): the response goes elsewhere, and
 		// only its metadata is asked for.
 		target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}

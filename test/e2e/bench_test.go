@@ -370,8 +370,8 @@ func BenchmarkReleaseLatency(b *testing.B) {
 }
 
 // removeGates plays a controller that releases pods as soon as it may: it removes gate from each pod
-// of namespace ns as wavegate's manager does (a JSON patch that tests and removes, 64 in flight, the
-// manager's client limits), until ctx ends. With after > 0 it holds the gated pods until that many
+// of namespace ns as wavegate's manager does (a JSON patch that tests the pod's UID and the gate,
+// then removes it, 64 in flight, the manager's client limits), until ctx ends. With after > 0 it holds the gated pods until that many
 // pods without the gate are done (Ready), and releases them all then (the ideal ordering); with 0,
 // each the moment it sees it. Either way it needs no webhook, no settle, no waiter and no read.
 func removeGates(ctx context.Context, t testing.TB, ns, gate string, after int) {
@@ -409,7 +409,8 @@ func removeGates(ctx context.Context, t testing.TB, ns, gate string, after int) 
 		go func() {
 			for p := range work {
 				i := slices.IndexFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == gate })
-				body, err := patch.Marshal(patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": gate})...)
+				body, err := patch.Marshal(append([]patch.Operation{patch.Test("/metadata/uid", p.UID)},
+					patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": gate})...)...)
 				if err == nil {
 					err = retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
 						_, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.JSONPatchType, body, metav1.PatchOptions{})
