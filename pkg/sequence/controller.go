@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,14 +105,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	seq := req.Name
 	log := ctrl.LoggerFrom(ctx).WithValues("sequence", seq)
 	ctx = ctrl.LoggerInto(ctx, log)
+	// What the tracker shows now: the pass decides on it only while it stays so (a re-list, a kind
+	// failing meanwhile, may leave the members it reads partial), and its consistent reads leave out
+	// only the kinds unavailable now. Read before the tracker is asked whether it has synced: a
+	// re-list that begins in between moves the generation past it.
+	view, unavailable := r.Tracker.Generation(), r.Tracker.Unavailable()
 	idx := r.Policies.Index()
 	if idx == nil || !r.Tracker.HasSynced() {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
-	// What the tracker shows now: the pass decides on it only while it stays so (a re-list, a kind
-	// failing meanwhile, may leave the members it reads partial), and its consistent reads leave out
-	// only the kinds unavailable now.
-	view, unavailable := r.Tracker.Generation(), r.Tracker.Unavailable()
 	prev := &wavev1.Sequence{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
@@ -260,8 +262,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return err
 	})
 	released := goStep("removing scheduling gates", func() error { return r.release(ctx, gated) })
-	armLater, refusedJobs, err := r.openJobs(ctx, seq, plan, jobs, gate, td)
-	if err != nil {
+	// Wait Jobs are created, armed, disarmed and deleted on the plan, and a plan made on a partial
+	// view (the tracker re-listed after the pass read the members) lacks the groups whose members it
+	// missed: it would delete their Jobs as stale, Complete ones among them, and released groups
+	// would wait again, the new pods of the groups after them too. Such a pass leaves the Jobs alone
+	// and is retried. (Gates are removed only on the consistent read, the status is written only on
+	// an unmoved view.)
+	var armLater time.Duration
+	var refusedJobs []*refusedJobError
+	if r.viewMoved(view) {
+		errs = append(errs, errViewChanged)
+	} else if armLater, refusedJobs, err = r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
 		errs = append(errs, err)
 	}
 	for _, refused := range refusedJobs {
@@ -281,7 +292,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			armLater = minPositive(armLater, max(since.Add(g.Timeout).Sub(r.now()), time.Millisecond))
 		}
 	}
-	if err := r.deleteStaleJobs(ctx, plan, jobs); err != nil {
+	if err := r.deleteStaleJobs(ctx, view, plan, jobs); err != nil && !slices.Contains(errs, errViewChanged) {
 		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
@@ -348,8 +359,11 @@ func (r *Reconciler) holder(unavailable map[schema.GroupVersionResource]string) 
 	return &teardown.Holder{Client: r.Client, Tracker: r.Tracker, Recorder: r.Recorder, Now: r.Now, Unavailable: unavailable}
 }
 
+// viewMoved reports whether the tracker's view moved since a pass read its members at view.
+func (r *Reconciler) viewMoved(view uint64) bool { return r.Tracker.Generation() != view }
+
 // errViewChanged is returned by a pass whose members' view changed while it ran: it writes no
-// status and deletes no Sequence from it, and is retried.
+// status, deletes no Sequence and touches no wait Job from it, and is retried.
 var errViewChanged = errors.New("the tracked members changed while the pass ran (informers re-listed, or a kind failing): retrying")
 
 // startJobs is the first decision on wait Jobs, on the cache alone: the Job of a group's current

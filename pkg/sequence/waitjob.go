@@ -391,8 +391,10 @@ func (r *Reconciler) waitJob(seq string, g *Group) *batchv1.Job {
 // deleteStaleJobs deletes the wait Jobs that no group of the plan needs: those of earlier revisions,
 // and unarmed ones still running whose group is neither open nor next (an earlier group failed or
 // timed out: the waiter would wait for a turn that does not come until that group changes; or the
-// Job was disarmed, its group closed again behind a group further up: see disarmJobs).
-func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []batchv1.Job) error {
+// Job was disarmed, its group closed again behind a group further up: see disarmJobs). Only while
+// the tracker's view stays where the pass read the members the plan was made on (view): a partial
+// view misses groups, and their Jobs are not stale (errViewChanged).
+func (r *Reconciler) deleteStaleJobs(ctx context.Context, view uint64, plan []*Group, jobs []batchv1.Job) error {
 	current := map[string]*Group{}
 	for _, g := range plan {
 		if g.JobName != "" {
@@ -411,6 +413,9 @@ func (r *Reconciler) deleteStaleJobs(ctx context.Context, plan []*Group, jobs []
 		replaced := ok && g.JobState == JobRunning && staleWaiter(j, g)
 		if ok && !replaced && (g.Open || g.Prestart || g.JobState != JobRunning || j.Spec.ActiveDeadlineSeconds != nil) {
 			continue
+		}
+		if r.viewMoved(view) {
+			return errViewChanged
 		}
 		// The Job read, not one made again under its name since.
 		err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &j.UID})

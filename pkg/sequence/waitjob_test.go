@@ -22,6 +22,7 @@ import (
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/teardown"
 	"wavegate.io/wavegate/pkg/waiter"
 )
@@ -513,8 +514,8 @@ func TestWaiterOfOtherReadinessIsReplaced(t *testing.T) {
 		objs[i] = &jobs[i]
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(objs...).Build()
-	r.Client = c
-	if err := r.deleteStaleJobs(context.Background(), plan, jobs); err != nil {
+	r.Client, r.Tracker = c, &members.Tracker{}
+	if err := r.deleteStaleJobs(context.Background(), r.Tracker.Generation(), plan, jobs); err != nil {
 		t.Fatal(err)
 	}
 	var left batchv1.JobList
@@ -595,6 +596,39 @@ func TestArmRecordsWhenTheGroupOpened(t *testing.T) {
 		}
 		if at := got.Annotations[keys.WaitOpenedAnnotation]; at != now.Format(time.RFC3339Nano) {
 			t.Errorf("%s: %s = %q, want %s", name, keys.WaitOpenedAnnotation, at, now.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// TestStaleJobsAreLeftOnAMovedView: a pass that read the members before the tracker began to re-list
+// (a namespace opting in anywhere re-lists every informer) may have planned on a partial view, with
+// the groups whose members it missed gone from its plan. Their wait Jobs, the Complete one of a
+// released group among them, are not deleted as stale on it: the group would wait again, and the
+// new pods of the groups after it. On the view the pass read, the same call deletes them (the test
+// can fail).
+func TestStaleJobsAreLeftOnAMovedView(t *testing.T) {
+	r := &Reconciler{Image: "wavegate:test"}
+	released := r.waitJob("shop", &Group{Name: "db", Open: true, JobNamespace: "shop", JobName: "wavegate-wait-db"})
+	released.UID = "db"
+	released.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	for _, moved := range []bool{true, false} {
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(released.DeepCopy()).Build()
+		r.Client, r.Tracker = c, &members.Tracker{}
+		view := r.Tracker.Generation()
+		if moved {
+			r.Tracker.Rescope()
+		}
+		// The plan of the partial view: db's members missed, no group.
+		err := r.deleteStaleJobs(context.Background(), view, nil, []batchv1.Job{*released})
+		var left batchv1.JobList
+		if lerr := c.List(context.Background(), &left); lerr != nil {
+			t.Fatal(lerr)
+		}
+		switch {
+		case moved && (!errors.Is(err, errViewChanged) || len(left.Items) != 1):
+			t.Errorf("view moved: error %v, Jobs left %d; want errViewChanged and db's Complete Job kept", err, len(left.Items))
+		case !moved && (err != nil || len(left.Items) != 0):
+			t.Errorf("view unmoved: error %v, Jobs left %d; want the Job no group needs deleted", err, len(left.Items))
 		}
 	}
 }
