@@ -211,6 +211,9 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 		tracker.Relabel()
 		sequences.PoliciesChanged()
 	}
+	if err := (&sequence.StrayReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the stray Sequence controller: %w", err)
+	}
 	if err := (&sequence.RBACReconciler{Client: mgr.GetClient(), Policies: store, Namespace: cfg.Namespace, APIReader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the waiter RBAC controller: %w", err)
 	}

@@ -118,6 +118,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ObjectName(seq)}, prev); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
+	if prev.UID != "" && !ownObject(prev) {
+		// Another sequence's object (their hashed names collide): neither reads, writes or
+		// deletes the other's status. Nothing of this sequence is decided until the names differ.
+		return ctrl.Result{}, fmt.Errorf("the Sequence %s reports on sequence %q, not %q: their names collide; rename one of them", prev.Name, prev.Spec.Sequence, seq)
+	}
 	// A sequence whose status records a kind the tracker cannot see in full (its LIST fails, access
 	// to it was revoked, its API group is down) is not planned on the rest of its members: a plan
 	// missing that kind's objects would release later groups' pods early, delete wait Jobs as

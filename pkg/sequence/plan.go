@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -318,14 +319,20 @@ func JobName(seq, group, rev string) string {
 	return strings.TrimRight("wavegate-wait-"+strings.Trim(g, "-"), "-") + "-" + hex.EncodeToString(h[:])[:10]
 }
 
-// ObjectName is the name of the Sequence object reporting on a sequence.
+// ObjectName is the name of the Sequence object reporting on a sequence: the sequence's own name
+// when that is a valid object name, else that name made valid (lowercase, every other character a
+// dash) with a hash of the sequence's name appended. A valid name that ends the way such a name
+// does (a dash and eight hex digits) is hashed too: otherwise a namespace named after the object
+// name of a shared sequence (shop-<hash of "Shop">, say, on a platform whose tenants name their
+// namespaces) would share that sequence's object, and its passes would read, overwrite and delete
+// the other sequence's status.
 func ObjectName(seq string) string {
-	if len(validation.IsDNS1123Subdomain(seq)) == 0 {
+	if len(validation.IsDNS1123Subdomain(seq)) == 0 && !hashedName.MatchString(seq) {
 		return seq
 	}
 	h := sha256.Sum256([]byte(seq))
 	s := strings.Map(func(r rune) rune {
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '-' || r == '.' {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
 			return r
 		}
 		if r >= 'A' && r <= 'Z' {
@@ -333,5 +340,13 @@ func ObjectName(seq string) string {
 		}
 		return '-'
 	}, seq)
-	return strings.Trim(s, "-.") + "-" + hex.EncodeToString(h[:])[:8]
+	return strings.Trim(s, "-") + "-" + hex.EncodeToString(h[:])[:8]
 }
+
+// hashedName matches how the names ObjectName hashes end.
+var hashedName = regexp.MustCompile(`-[0-9a-f]{8}$`)
+
+// ownObject reports whether a Sequence object is the one ObjectName names for the sequence it
+// records: any other (a name a collision of hashes gave two sequences, or one an earlier version
+// named differently) is not read, written or served for it.
+func ownObject(s *wavev1.Sequence) bool { return s.Name == ObjectName(s.Spec.Sequence) }

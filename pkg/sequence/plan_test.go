@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/policy"
@@ -160,10 +161,24 @@ func TestNames(t *testing.T) {
 	if got := JobName("shop", "Database_Primary", "abc"); len(got) > 63 || got != JobName("shop", "Database_Primary", "abc") {
 		t.Errorf("JobName = %q: must be deterministic and at most 63 characters", got)
 	}
-	for seq, want := range map[string]string{"shop": "shop", "GPU_stack": "gpu-stack-"} {
+	for seq, want := range map[string]string{"shop": "shop", "shop.db": "shop.db", "GPU_stack": "gpu-stack-", "team.Db_.x": "team-db--x-"} {
 		if got := ObjectName(seq); len(got) < len(want) || got[:len(want)] != want {
 			t.Errorf("ObjectName(%q) = %q, want prefix %q", seq, got, want)
 		}
+	}
+	// Every name is a valid object name, and none is another sequence's: a namespace named after a
+	// shared sequence's object name (shop-<hash of "Shop">) gets an object of its own.
+	shared := ObjectName("Shop")
+	names := map[string]string{}
+	for _, seq := range []string{"Shop", shared, "shop", "SHOP", "team.Db_.x", "a_.b", "x-0123abcd", "x-0123abcd-" + "ffffffff"} {
+		got := ObjectName(seq)
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("ObjectName(%q) = %q: %v", seq, got, errs)
+		}
+		if other, ok := names[got]; ok {
+			t.Errorf("ObjectName(%q) = ObjectName(%q) = %q", seq, other, got)
+		}
+		names[got] = seq
 	}
 }
 

@@ -39,21 +39,14 @@ func (s *ClearedStore) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("getting the Sequence informer: %w", err)
 	}
-	set := func(obj any) {
-		if seq, ok := obj.(*wavev1.Sequence); ok {
-			s.set(seq.Spec.Sequence, seq)
-		}
-	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    set,
-		UpdateFunc: func(_, o any) { set(o) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
+		AddFunc:    func(o any) { s.seen(o, false) },
+		UpdateFunc: func(_, o any) { s.seen(o, false) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
 			}
-			if seq, ok := obj.(*wavev1.Sequence); ok {
-				s.set(seq.Spec.Sequence, nil)
-			}
+			s.seen(o, true)
 		},
 	}); err != nil {
 		return fmt.Errorf("watching Sequences: %w", err)
@@ -66,6 +59,21 @@ func (s *ClearedStore) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	<-ctx.Done()
 	return nil
+}
+
+// seen is told of a Sequence object the cache added, changed or deleted. Only a sequence's own
+// object (ownObject) speaks for it: a stray one (an earlier version's name) neither sets nor, when
+// it goes, clears what the sequence's object says.
+func (s *ClearedStore) seen(o any, deleted bool) {
+	obj, ok := o.(*wavev1.Sequence)
+	if !ok || !ownObject(obj) {
+		return
+	}
+	if deleted {
+		s.set(obj.Spec.Sequence, nil)
+		return
+	}
+	s.set(obj.Spec.Sequence, obj)
 }
 
 func (s *ClearedStore) set(seq string, obj *wavev1.Sequence) {

@@ -1,6 +1,7 @@
 package sequence
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -60,5 +61,28 @@ func TestClearedBeforeTheStatus(t *testing.T) {
 		if d := cmp.Diff(want, cleared()); d != "" {
 			t.Errorf("%s: cleared (-want +got):\n%s", st.name, d)
 		}
+	}
+}
+
+// TestStoreHearsOnlyASequencesOwnObject: a Sequence object that ObjectName does not name for the
+// sequence it records (an earlier version's name for it) clears nothing, and its deletion does not
+// take back what the sequence's own object cleared.
+func TestStoreHearsOnlyASequencesOwnObject(t *testing.T) {
+	seq := "team-" + strings.Repeat("a", 8) // shaped like a hashed name: its object's name is hashed
+	object := func(name string, templates ...string) *wavev1.Sequence {
+		return &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: wavev1.SequenceSpec{Sequence: seq},
+			Status: wavev1.SequenceStatus{Groups: []wavev1.GroupStatus{{Name: "web", ClearedTemplates: templates}}}}
+	}
+	s := NewClearedStore(nil)
+	own, stray := object(ObjectName(seq), "rs/own"), object(seq, "rs/stray")
+	if own.Name == stray.Name {
+		t.Fatalf("the test proves nothing: ObjectName(%q) = %q", seq, own.Name)
+	}
+	s.seen(own, false)
+	s.seen(stray, false)
+	s.seen(stray, true)
+	got := map[string]bool{"rs/own": s.Cleared(seq, "web", "rs/own"), "rs/stray": s.Cleared(seq, "web", "rs/stray")}
+	if d := cmp.Diff(map[string]bool{"rs/own": true, "rs/stray": false}, got); d != "" {
+		t.Errorf("cleared (-want +got):\n%s", d)
 	}
 }
