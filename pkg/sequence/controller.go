@@ -254,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if r.Cleared != nil && len(gated.released) > 0 {
 		r.Cleared.Clear(seq, gated.released)
 	}
-	r.emitEvents(seq, plan, prev, objs)
+	r.emitEvents(seq, plan, prev, mos)
 	var again time.Duration
 	status := goStep("writing the status", func() (err error) {
 		// The status records the kinds of the sequence's members: written from a partial view, it

@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
-	"wavegate.io/wavegate/pkg/keys"
-	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/metrics"
 	"wavegate.io/wavegate/pkg/readiness"
 )
@@ -26,7 +24,12 @@ import (
 // counts alone sends none: the Event says them as they were, and the Sequence's status and the
 // wait Job's log follow them. An Event per count sent one per member that became ready, to up to
 // ten members of every later group: hundreds of Events for a group of a few dozen members.
-func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence, objs []members.Object) {
+//
+// The Events go to the sequence's members (mos), by the group they resolved to: not to every
+// object that names the sequence (one in a namespace that may not join it would be told of the
+// sequence's groups, and take the Events its members should have), and not only to those grouped
+// by wavegate.io/group (a policy's group label groups members too).
+func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence, mos []memberObject) {
 	if r.Recorder == nil {
 		return
 	}
@@ -35,10 +38,8 @@ func (r *Reconciler) emitEvents(seq string, plan []*Group, prev *wavev1.Sequence
 		before[g.Name] = g
 	}
 	byGroup := map[string][]*unstructured.Unstructured{}
-	for _, o := range objs {
-		if g := o.GetLabels()[keys.GroupLabel]; g != "" {
-			byGroup[g] = append(byGroup[g], o.Unstructured)
-		}
+	for _, mo := range mos {
+		byGroup[mo.Resolution.Group] = append(byGroup[mo.Resolution.Group], mo.Object)
 	}
 	byName := make(map[string]*Group, len(plan))
 	for _, g := range plan {

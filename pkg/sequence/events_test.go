@@ -7,21 +7,26 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
-	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/readiness"
+	"wavegate.io/wavegate/pkg/resolve"
 )
 
-// recorded collects the reasons and notes of Events, and the names of their related objects.
-type recorded struct{ got, related []string }
+// recorded collects the reasons and notes of Events, and the names of the objects they regard and
+// of their related objects.
+type recorded struct{ got, regarding, related []string }
 
-func (r *recorded) Eventf(_ runtime.Object, related runtime.Object, _, reason, _, note string, args ...any) {
+func (r *recorded) Eventf(regarding runtime.Object, related runtime.Object, _, reason, _, note string, args ...any) {
 	r.got = append(r.got, reason+": "+fmt.Sprintf(note, args...))
+	if o, ok := regarding.(metav1.Object); ok {
+		r.regarding = append(r.regarding, o.GetNamespace()+"/"+o.GetName())
+	}
 	name := ""
 	if j, ok := related.(*batchv1.Job); ok {
 		name = j.Name
@@ -41,19 +46,19 @@ func member(name string, ready bool) Member {
 }
 
 // obj is a member object of group in namespace shop, named after it.
-func obj(group string) members.Object {
+func obj(group string) memberObject {
 	u := &unstructured.Unstructured{}
 	u.SetName(group)
 	u.SetNamespace("shop")
 	u.SetLabels(map[string]string{keys.GroupLabel: group})
-	return members.Object{Unstructured: u}
+	return memberObject{Member: Member{Name: group, Resolution: &resolve.Resolution{Group: group, GroupLabel: keys.GroupLabel}}, Object: u}
 }
 
 // TestEventsOncePerChange: a group's Event is sent once per change of its phase or message, even
 // while the cached Sequence still shows an older status (a busy sequence reconciles many times
 // before the cache sees its own status write: the same GroupReleased was sent on every reconcile).
 func TestEventsOncePerChange(t *testing.T) {
-	objs := []members.Object{obj("db"), obj("web")}
+	objs := []memberObject{obj("db"), obj("web")}
 	plan := func(dbReady bool) []*Group {
 		db := &Group{Name: "db", Members: []Member{member("db", dbReady)}, Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
 		if dbReady {
@@ -98,7 +103,7 @@ func TestEventsOncePerChange(t *testing.T) {
 // nor on the groups that wait for it. An Event per count sent one per ready member to up to ten
 // members of every later group.
 func TestEventsNotPerReadyCount(t *testing.T) {
-	objs := []members.Object{obj("db"), obj("cache"), obj("web")}
+	objs := []memberObject{obj("db"), obj("cache"), obj("web")}
 	// plan has db with ready of its three members ready; cache is released once db is.
 	plan := func(ready int, cacheReleased bool) []*Group {
 		db := &Group{Name: "db", Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
@@ -145,7 +150,7 @@ func TestEventsNotPerReadyCount(t *testing.T) {
 func TestChainEventsLinear(t *testing.T) {
 	const n = 10
 	var ms []Member
-	var objs []members.Object
+	var objs []memberObject
 	for i := range n {
 		name := fmt.Sprintf("g%d", i)
 		ms = append(ms, m(name, int32(i), "shop", name, 1))
@@ -193,5 +198,22 @@ func TestChainEventsLinear(t *testing.T) {
 	want := map[string]int{ReasonGroupReleased: n, ReasonWaitingForGroup: n + n - 1}
 	if d := cmp.Diff(want, byReason); d != "" {
 		t.Errorf("Events by reason (-want +got):\n%s\nEvents: %q", d, rec.got)
+	}
+}
+
+// TestEventsGoToTheMembersOfEachGroup: a group's Events regard its members by the group they
+// resolved to, also those a policy's group label groups (they carry no wavegate.io/group), and
+// only them: the caller passes the sequence's members, not every object that names it.
+func TestEventsGoToTheMembersOfEachGroup(t *testing.T) {
+	byPolicy := obj("db")
+	byPolicy.Object.SetName("postgres")
+	byPolicy.Object.SetLabels(map[string]string{"app.kubernetes.io/component": "db"})
+	byPolicy.Resolution.GroupLabel = "app.kubernetes.io/component"
+	rec := &recorded{}
+	r := &Reconciler{Recorder: rec}
+	db := &Group{Name: "db", Members: []Member{member("postgres", false)}, Open: true, Phase: wavev1.GroupWaiting, Message: "waiting for its members to be ready"}
+	r.emitEvents("shop", []*Group{db}, &wavev1.Sequence{}, []memberObject{byPolicy})
+	if d := cmp.Diff([]string{"shop/postgres"}, rec.regarding); d != "" {
+		t.Errorf("Events regard (-want +got):\n%s", d)
 	}
 }
