@@ -43,6 +43,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// gatedPod is a pod with the scheduling gates named, in that order.
+func gatedPod(namespace, name string, gates ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "app"}}}}
+	for _, g := range gates {
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
+	}
+	return p
+}
+
 // TestRemoveGateAlreadyRemoved, against a real API server: a pod whose gate a previous pass removed,
 // which the cache still shows gated, is not an error and gets no second patch (its resourceVersion
 // is unchanged): the API server refuses the patch whose test no longer applies (422), and the pod is read.
@@ -54,14 +64,7 @@ func TestRemoveGateAlreadyRemoved(t *testing.T) {
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	pod := func(name string, gates ...string) *corev1.Pod {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "app"}}}}
-		for _, g := range gates {
-			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
-		}
-		return p
-	}
+	pod := func(name string, gates ...string) *corev1.Pod { return gatedPod(ns.Name, name, gates...) }
 	r := &sequence.Reconciler{Client: c, APIReader: c}
 	// released: the controller removed the gate; the cache's copy is from before.
 	released := pod("released", keys.SchedulingGate)
@@ -126,15 +129,7 @@ func TestRemoveGateSparesAPodRecreatedUnderItsName(t *testing.T) {
 		{"web-0", []string{keys.SchedulingGate}},
 		{"web-1", []string{"example.com/other", keys.SchedulingGate}},
 	} {
-		pod := func(gates ...string) *corev1.Pod {
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns.Name},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "app"}}}}
-			for _, g := range gates {
-				p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
-			}
-			return p
-		}
-		old := pod(keys.SchedulingGate)
+		old := gatedPod(ns.Name, tc.name, keys.SchedulingGate)
 		if err := c.Create(ctx, old); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +137,7 @@ func TestRemoveGateSparesAPodRecreatedUnderItsName(t *testing.T) {
 		if err := c.Delete(ctx, old, client.GracePeriodSeconds(0)); err != nil {
 			t.Fatal(err)
 		}
-		recreated := pod(tc.gates...)
+		recreated := gatedPod(ns.Name, tc.name, tc.gates...)
 		if err := c.Create(ctx, recreated); err != nil {
 			t.Fatal(err)
 		}

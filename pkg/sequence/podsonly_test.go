@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -255,13 +254,7 @@ func TestUngatePodsOfGroupsWithoutMembers(t *testing.T) {
 // counted in the status under their group, at their order, with what they wait for; the group is
 // not released while they wait, and leaves the status (and the gated-pods metric) once they go.
 func TestWriteStatusReportsPodsOfGroupsWithoutMembers(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := wavev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).Build()
 	r := &Reconciler{Client: c}
 	ctx := context.Background()
@@ -412,12 +405,7 @@ func TestStatusNamesTheGroupPodsWaitForInTheirPolicy(t *testing.T) {
 	idx := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "shop"}, Spec: wavev1.WavePolicySpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}},
 		Groups:            []wavev1.GroupSpec{{Name: "database", Order: 1, Required: true}, {Name: "web", Order: 3}}}}})
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, wavev1.AddToScheme} {
-		if err := add(s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := testScheme(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"team": "shop"}}}
 	pod := gatedPod("web-1", "web", "a")
 	c := fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,13 +28,7 @@ import (
 // written at once. Members that have kept changing for settleReported or longer are the Ready
 // condition's reason.
 func TestWriteStatusCoalescesCounts(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := wavev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	writes := 0
 	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(&wavev1.Sequence{}).
 		WithIndex(&corev1.Pod{}, PodSequenceIndex, func(o client.Object) []string { return []string{members.SequenceOf(o)} }).Build(),

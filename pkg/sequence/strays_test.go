@@ -18,13 +18,7 @@ import (
 // TestStraySequencesAreDeleted: the object an earlier version named for a sequence (its own name,
 // shaped like a hashed one) goes; the object ObjectName names for it stays.
 func TestStraySequencesAreDeleted(t *testing.T) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := wavev1.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
+	s := testScheme(t)
 	const seq = "team-0123abcd"
 	own := &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: ObjectName(seq), UID: "own"}, Spec: wavev1.SequenceSpec{Sequence: seq}}
 	stray := &wavev1.Sequence{ObjectMeta: metav1.ObjectMeta{Name: seq, UID: "stray"}, Spec: wavev1.SequenceSpec{Sequence: seq}}
@@ -46,4 +40,17 @@ func TestStraySequencesAreDeleted(t *testing.T) {
 	if d := cmp.Diff([]string{ObjectName(seq)}, names); d != "" {
 		t.Errorf("Sequences left (-want +got):\n%s", d)
 	}
+}
+
+// testScheme is client-go's scheme with wavegate's API, for fake clients.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := wavev1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
