@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -428,27 +429,52 @@ func HasFinalizer(o metav1.Object) bool {
 	return slices.Contains(o.GetFinalizers(), keys.TeardownFinalizer)
 }
 
-// removeFinalizer removes wavegate's finalizer with a JSON patch that tests it is still where it
-// was seen, so a concurrent change of the finalizers fails the patch instead of removing another.
+// removeFinalizer removes wavegate's finalizer with a JSON patch that tests the object is the one
+// the pass decided on (its UID: one deleted and created again under its name keeps the finalizer
+// admission gave it, and its own teardown order) and that the finalizer is where it was seen, so a
+// concurrent change of the finalizers fails the patch instead of removing another. A failed test
+// (422) is told from a refusal, which is a 422 too (an admission policy's, a schema's), by reading
+// the object: gone, another object or without the finalizer, there is nothing to remove; still
+// carrying it, the patch is made once more at its new place, and a second failure is returned (the
+// pass is retried: no later event may come to reconcile it again).
 func (r *Holder) removeFinalizer(ctx context.Context, o members.Object) error {
-	i := slices.Index(o.GetFinalizers(), keys.TeardownFinalizer)
-	if i < 0 {
+	res := r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(o.Kind.NamespaceOf(o))
+	err := patchOutFinalizer(ctx, res, o.Unstructured)
+	if apierrors.IsInvalid(err) {
+		cur, gerr := res.Get(ctx, o.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) {
+			return nil
+		}
+		if gerr != nil {
+			return fmt.Errorf("reading %s %s after its finalizer's removal failed (%v): %w", o.Kind.GVK.Kind, klog.KObj(o), err, gerr)
+		}
+		if cur.GetUID() != o.GetUID() || !HasFinalizer(cur) {
+			return nil
+		}
+		err = patchOutFinalizer(ctx, res, cur)
+	}
+	if apierrors.IsNotFound(err) {
 		return nil
-	}
-	body, err := patch.Marshal(patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)
-	if err != nil {
-		return err
-	}
-	_, err = r.Tracker.Dynamic.Resource(o.Kind.GVR).Namespace(o.Kind.NamespaceOf(o)).Patch(ctx, o.GetName(), types.JSONPatchType, body,
-		metav1.PatchOptions{FieldManager: keys.FieldManager})
-	if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
-		return nil // gone, or the finalizers changed: the next event reconciles again
 	}
 	if err != nil {
 		return fmt.Errorf("removing the teardown finalizer of %s %s: %w", o.Kind.GVK.Kind, klog.KObj(o), err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Removed the teardown finalizer", "kind", o.Kind.GVK.Kind, "object", klog.KObj(o))
 	return nil
+}
+
+func patchOutFinalizer(ctx context.Context, res dynamic.ResourceInterface, o *unstructured.Unstructured) error {
+	i := slices.Index(o.GetFinalizers(), keys.TeardownFinalizer)
+	if i < 0 {
+		return nil
+	}
+	body, err := patch.Marshal(append([]patch.Operation{patch.Test("/metadata/uid", o.GetUID())},
+		patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)...)
+	if err != nil {
+		return err
+	}
+	_, err = res.Patch(ctx, o.GetName(), types.JSONPatchType, body, metav1.PatchOptions{FieldManager: keys.FieldManager})
+	return err
 }
 
 // Release removes wavegate's finalizer from an object that ordering no longer applies to, with an

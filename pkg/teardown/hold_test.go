@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -39,6 +40,7 @@ func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 		u.SetKind("ConfigMap")
 		u.SetNamespace("shop")
 		u.SetName(name)
+		u.SetUID(types.UID(name))
 		u.SetLabels(map[string]string{keys.GroupLabel: "not a group!"})
 		u.SetFinalizers([]string{keys.TeardownFinalizer})
 		u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
@@ -92,6 +94,7 @@ func TestPolicyChurnKeepsTheFinalizer(t *testing.T) {
 		u.SetKind("ConfigMap")
 		u.SetNamespace("shop")
 		u.SetName(name)
+		u.SetUID(types.UID(name))
 		u.SetLabels(labels)
 		u.SetFinalizers([]string{keys.TeardownFinalizer, "other"})
 		if deleted {
