@@ -111,8 +111,12 @@ func (u *Uninstall) ungate(ctx context.Context, pods []metav1.PartialObjectMetad
 	n := 0
 	for _, p := range pods {
 		pod, err := u.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
+		if apierrors.IsNotFound(err) {
 			continue
+		}
+		if err != nil {
+			// Left gated, the pod would stay Pending for good once wavegate is gone: say so.
+			return n, fmt.Errorf("reading pod %s/%s to remove its scheduling gate: %w", p.Namespace, p.Name, err)
 		}
 		for i, g := range pod.Spec.SchedulingGates {
 			if g.Name == keys.SchedulingGate {
