@@ -203,6 +203,18 @@ func TemplateLabels(res *Resolution, labels map[string]string) map[string]string
 	return out
 }
 
+// Stamped is where admission placed an object (the sequence, group and group order of Annotations), for
+// when its labels no longer resolve (a policy deleted and applied again, two policies disagreeing
+// for a moment): where it stood when it was admitted. False when admission stamped no group.
+func Stamped(annotations map[string]string) (*Resolution, bool) {
+	g := annotations[keys.ResolvedGroupAnnotation]
+	n, err := strconv.ParseInt(annotations[keys.ResolvedGroupOrderAnnotation], 10, 32)
+	if g == "" || err != nil {
+		return nil, false
+	}
+	return &Resolution{Sequence: annotations[keys.ResolvedSequenceAnnotation], Group: g, GroupOrder: int32(n)}, true
+}
+
 // Annotations returns the annotations wavegate records on a member.
 func Annotations(res *Resolution) map[string]string {
 	return map[string]string{

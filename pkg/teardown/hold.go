@@ -111,7 +111,12 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			}
 		}
 	}
-	var all []resolvedObject
+	// all are the sequence's objects whose labels resolve; stamped, those whose labels name a group
+	// that does not resolve now, at the place admission stamped on them. While they exist they hold
+	// the groups before that place as any later object does (a custom resource whose policy is being
+	// applied again, on its operator's finalizer: released, the operator would leave it stuck), and
+	// nothing else is decided on them.
+	var all, stamped []resolvedObject
 	for _, o := range objs {
 		ns := o.GetNamespace()
 		if !o.Kind.Namespaced {
@@ -130,6 +135,9 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 				if err := r.Release(ctx, o, "its labels no longer name a valid group"); err != nil {
 					errs = append(errs, err)
 				}
+			}
+			if st, ok := resolve.Stamped(o.GetAnnotations()); ok && len(invalid) > 0 {
+				stamped = append(stamped, resolvedObject{o, st})
 			}
 			continue
 		}
@@ -170,7 +178,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if o.GetDeletionTimestamp() == nil {
 			continue
 		}
-		held, why, requeue, err := r.hold(ctx, o, all, idx, sc, freshMembers)
+		held, why, requeue, err := r.hold(ctx, o, append(slices.Clip(all), stamped...), idx, sc, freshMembers)
 		if err != nil {
 			// Undecided: it stays held until a retry can tell.
 			errs = append(errs, err)
@@ -238,6 +246,9 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 				continue
 			}
 			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: f.GetLabels()}, idx)
+			if st, ok := resolve.Stamped(f.GetAnnotations()); ok && len(errs) > 0 {
+				res, errs = st, nil // as the cache's stamped objects
+			}
 			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
 				return true, "", time.Second, nil
 			}

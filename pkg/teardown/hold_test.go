@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
@@ -179,5 +181,58 @@ func TestWavegateMade(t *testing.T) {
 				t.Errorf("wavegateMade = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestObjectsWhoseGroupStopsResolvingStillHold: a custom resource of a later group whose labels do
+// not resolve for a while (its group's order came from a policy being applied again) still exists,
+// and holds the deleted operator of an earlier group, at the group order admission stamped on it:
+// released, the operator would go and leave the resource stuck on its finalizer. Once the resource
+// is gone, the operator goes.
+func TestObjectsWhoseGroupStopsResolvingStillHold(t *testing.T) {
+	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
+	obj := func(name string, labels, annotations map[string]string, deleted bool) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("ConfigMap")
+		u.SetNamespace("shop")
+		u.SetName(name)
+		u.SetUID(types.UID(name))
+		u.SetLabels(labels)
+		u.SetAnnotations(annotations)
+		u.SetFinalizers([]string{keys.TeardownFinalizer})
+		if deleted {
+			u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+		}
+		return u
+	}
+	operator := obj("operator", map[string]string{keys.GroupLabel: "op", keys.GroupOrderLabel: "1"}, nil, true)
+	resource := obj("resource", map[string]string{keys.GroupLabel: "crs"}, // no order: its policy is gone for now
+		map[string]string{keys.ResolvedSequenceAnnotation: "shop", keys.ResolvedGroupAnnotation: "crs", keys.ResolvedGroupOrderAnnotation: "2"}, false)
+	for _, withResource := range []bool{true, false} {
+		objs := []members.Object{{Kind: kind, Unstructured: operator.DeepCopy()}}
+		tracked := []runtime.Object{operator.DeepCopy()}
+		if withResource {
+			objs = append(objs, members.Object{Kind: kind, Unstructured: resource.DeepCopy()})
+			tracked = append(tracked, resource.DeepCopy())
+		}
+		dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), tracked...)
+		shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{keys.EnabledLabel: "true"}}}
+		// The consistent read finds nothing (the tracker tracks no kind here).
+		h := &Holder{Client: fake.NewClientBuilder().WithObjects(shop).Build(),
+			Tracker: &members.Tracker{Dynamic: dyn, GroupLabels: func() []string { return []string{keys.GroupLabel} }}}
+		_, err := h.Reconcile(context.Background(), "shop", objs, policy.Compile(nil), allOptedIn{})
+		cur, gerr := dyn.Resource(kind.GVR).Namespace("shop").Get(context.Background(), "operator", metav1.GetOptions{})
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		held := HasFinalizer(cur)
+		if withResource && (err != nil || !held) {
+			t.Errorf("with the resource: error %v, operator held %v; want it held", err, held)
+		}
+		if !withResource && (err != nil || held) {
+			t.Errorf("without the resource: error %v, operator held %v; want it released", err, held)
+		}
 	}
 }
