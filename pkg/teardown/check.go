@@ -261,7 +261,7 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 			}
 		}
 		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
-		if st, ok := resolve.Stamped(o.GetAnnotations()); ok && len(errs) > 0 {
+		if st, ok := stampedIn(o, ns, nsLabels, idx); ok && len(errs) > 0 {
 			res, errs = st, nil // its labels do not resolve now: where admission placed it (as the hold does)
 		}
 		if res == nil || len(errs) > 0 || res.Sequence != seq || res.GroupOrder <= order {

@@ -136,7 +136,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 					errs = append(errs, err)
 				}
 			}
-			if st, ok := resolve.Stamped(o.GetAnnotations()); ok && len(invalid) > 0 {
+			if st, ok := stampedIn(o, ns, sc.Labels(ctx, ns), idx); ok && len(invalid) > 0 {
 				stamped = append(stamped, resolvedObject{o, st})
 			}
 			continue
@@ -203,6 +203,19 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 	return out, errors.Join(errs...)
 }
 
+// stampedIn is where admission placed an object whose labels do not resolve now (resolve.Stamped),
+// trusted only within what its labels and namespace may join: the annotations are the object's own,
+// and whoever may write the object may write them. A stamp naming another sequence than its labels
+// do, or one its namespace may not join, places it nowhere: a tenant's object would otherwise hold
+// another namespace's teardown.
+func stampedIn(o metav1.Object, namespace string, nsLabels map[string]string, idx *policy.Index) (*resolve.Resolution, bool) {
+	st, ok := resolve.Stamped(o.GetAnnotations())
+	if !ok || st.Sequence != members.SequenceOf(o) || !idx.MayJoin(st.Sequence, namespace, nsLabels) {
+		return nil, false
+	}
+	return st, true
+}
+
 // orderingOff reports whether an object's finalizer must be released although it is not deleted
 // yet, or deleted without order: its namespace opted out, or its policy turned teardown off.
 func (r *Holder) orderingOff(ctx context.Context, o resolvedObject) (string, bool) {
@@ -246,7 +259,7 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 				continue
 			}
 			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: f.GetLabels()}, idx)
-			if st, ok := resolve.Stamped(f.GetAnnotations()); ok && len(errs) > 0 {
+			if st, ok := stampedIn(f, ns, sc.Labels(ctx, ns), idx); ok && len(errs) > 0 {
 				res, errs = st, nil // as the cache's stamped objects
 			}
 			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {

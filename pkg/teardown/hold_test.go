@@ -188,7 +188,8 @@ func TestWavegateMade(t *testing.T) {
 // not resolve for a while (its group's order came from a policy being applied again) still exists,
 // and holds the deleted operator of an earlier group, at the group order admission stamped on it:
 // released, the operator would go and leave the resource stuck on its finalizer. Once the resource
-// is gone, the operator goes.
+// is gone, the operator goes: an object of another namespace that names the sequence and forges
+// the stamp holds nothing.
 func TestObjectsWhoseGroupStopsResolvingStillHold(t *testing.T) {
 	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
 		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
@@ -210,9 +211,14 @@ func TestObjectsWhoseGroupStopsResolvingStillHold(t *testing.T) {
 	operator := obj("operator", map[string]string{keys.GroupLabel: "op", keys.GroupOrderLabel: "1"}, nil, true)
 	resource := obj("resource", map[string]string{keys.GroupLabel: "crs"}, // no order: its policy is gone for now
 		map[string]string{keys.ResolvedSequenceAnnotation: "shop", keys.ResolvedGroupAnnotation: "crs", keys.ResolvedGroupOrderAnnotation: "2"}, false)
+	// A tenant's object in another namespace that names the sequence and forges the stamp: its
+	// namespace may not join the sequence, so it places nothing (it would hold shop's teardown).
+	forged := obj("forged", map[string]string{keys.GroupLabel: "crs", keys.SequenceLabel: "shop"},
+		map[string]string{keys.ResolvedSequenceAnnotation: "shop", keys.ResolvedGroupAnnotation: "crs", keys.ResolvedGroupOrderAnnotation: "2"}, false)
+	forged.SetNamespace("other")
 	for _, withResource := range []bool{true, false} {
-		objs := []members.Object{{Kind: kind, Unstructured: operator.DeepCopy()}}
-		tracked := []runtime.Object{operator.DeepCopy()}
+		objs := []members.Object{{Kind: kind, Unstructured: operator.DeepCopy()}, {Kind: kind, Unstructured: forged.DeepCopy()}}
+		tracked := []runtime.Object{operator.DeepCopy(), forged.DeepCopy()}
 		if withResource {
 			objs = append(objs, members.Object{Kind: kind, Unstructured: resource.DeepCopy()})
 			tracked = append(tracked, resource.DeepCopy())
