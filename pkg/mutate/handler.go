@@ -271,18 +271,20 @@ func templateOps(tpl *podTemplate, labels map[string]string, stale bool) ([]json
 	}
 	ops := patch.SetEntries(nil, tpl.Path+"/metadata/labels", tpl.Labels, labels)
 	var warnings []string
-	for _, k := range []string{keys.SequenceLabel, keys.GroupOrderLabel, keys.AdmittedLabel} {
+	for _, k := range []string{keys.SequenceLabel, keys.GroupOrderLabel, keys.AdmittedLabel, keys.WaitJobLabel} {
 		if _, ok := tpl.Labels[k]; !ok {
 			continue
 		}
-		if _, ok := labels[k]; ok || !stale && k != keys.AdmittedLabel {
+		skipsGate := k == keys.AdmittedLabel || k == keys.WaitJobLabel
+		if _, ok := labels[k]; ok || !stale && !skipsGate {
 			continue
 		}
 		ops = append(ops, jsonpatch.NewOperation("remove", patch.Pointer(tpl.Path+"/metadata/labels", k), nil))
-		if k == keys.AdmittedLabel {
-			// A pod created with it would skip the webhook, and with it the gate.
-			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits, and a pod created with it would not be gated",
-				dottedPointer(tpl.Path), keys.AdmittedLabel))
+		if skipsGate {
+			// A pod created with either would skip the webhook (its object selector leaves them
+			// out), and with it the gate.
+			warnings = append(warnings, fmt.Sprintf("%s.metadata.labels[%s]: removed; wavegate sets it on the pods it admits or runs, and a pod created with it would not be gated",
+				dottedPointer(tpl.Path), k))
 			continue
 		}
 		// Said, so that a manifest that sets it on the template (an apply tool showing drift) is

@@ -175,7 +175,18 @@ func TestMutate(t *testing.T) {
 			want: observed{
 				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
 				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
-				Warnings: []string{"spec.template.metadata.labels[wavegate.io/admitted]: removed; wavegate sets it on the pods it admits, " +
+				Warnings: []string{"spec.template.metadata.labels[wavegate.io/admitted]: removed; wavegate sets it on the pods it admits or runs, " +
+					"and a pod created with it would not be gated"},
+			},
+		},
+		// Nor the wait-Job label: the webhook's object selector leaves out pods carrying it.
+		"a member's template never carries the wait-Job label": {
+			obj: deployment(web, nil, keys.WaitJobLabel, "true"),
+			gk:  deploymentGK,
+			want: observed{
+				Annotations:    with(resolved("shop", "web", "3", "301"), keys.ArgoCDSyncWaveAnnotation, "301"),
+				TemplateLabels: map[string]string{"app": "web", keys.GroupLabel: "web", keys.GroupOrderLabel: "3"},
+				Warnings: []string{"spec.template.metadata.labels[wavegate.io/wait-job]: removed; wavegate sets it on the pods it admits or runs, " +
 					"and a pod created with it would not be gated"},
 			},
 		},
