@@ -23,6 +23,28 @@ import (
 	"wavegate.io/wavegate/pkg/policy"
 )
 
+// configMaps is the kind of the ConfigMaps the tests hold.
+var configMaps = members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+	GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
+
+// configMap is a ConfigMap of namespace shop as the cache shows it (its UID its name), with
+// wavegate's finalizer and then the others named, deleted long ago when deleted.
+func configMap(name string, labels, annotations map[string]string, deleted bool, finalizers ...string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("v1")
+	u.SetKind("ConfigMap")
+	u.SetNamespace("shop")
+	u.SetName(name)
+	u.SetUID(types.UID(name))
+	u.SetLabels(labels)
+	u.SetAnnotations(annotations)
+	u.SetFinalizers(append([]string{keys.TeardownFinalizer}, finalizers...))
+	if deleted {
+		u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
+	}
+	return u
+}
+
 type allOptedIn struct{}
 
 func (allOptedIn) OptedIn(context.Context, string) bool             { return true }
@@ -32,21 +54,11 @@ func (allOptedIn) Labels(context.Context, string) map[string]string { return nil
 // server refuses the patch) does not keep the sequence's other objects stranded: each is released,
 // and the failure is returned for a retry.
 func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
-	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
+	kind := configMaps
 	// Deleted, with labels that no longer name a valid group: ordering cannot apply, the finalizer
 	// goes at once.
 	cm := func(name string) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("v1")
-		u.SetKind("ConfigMap")
-		u.SetNamespace("shop")
-		u.SetName(name)
-		u.SetUID(types.UID(name))
-		u.SetLabels(map[string]string{keys.GroupLabel: "not a group!"})
-		u.SetFinalizers([]string{keys.TeardownFinalizer})
-		u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
-		return u
+		return configMap(name, map[string]string{keys.GroupLabel: "not a group!"}, nil, true)
 	}
 	names := []string{"refused", "a", "b"}
 	var objs []members.Object
@@ -88,21 +100,9 @@ func TestOneFailedReleaseDoesNotStopTheOthers(t *testing.T) {
 // is one whose labels name no group at all (a policy's group label no longer named): nothing would
 // show it to the hold again.
 func TestPolicyChurnKeepsTheFinalizer(t *testing.T) {
-	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
+	kind := configMaps
 	cm := func(name string, labels map[string]string, deleted bool) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("v1")
-		u.SetKind("ConfigMap")
-		u.SetNamespace("shop")
-		u.SetName(name)
-		u.SetUID(types.UID(name))
-		u.SetLabels(labels)
-		u.SetFinalizers([]string{keys.TeardownFinalizer, "other"})
-		if deleted {
-			u.SetDeletionTimestamp(&metav1.Time{Time: time.Unix(1, 0)})
-		}
-		return u
+		return configMap(name, labels, nil, deleted, "other")
 	}
 	noOrder := map[string]string{keys.GroupLabel: "db"} // its order came from the policy now gone
 	cms := []*unstructured.Unstructured{
@@ -191,23 +191,8 @@ func TestWavegateMade(t *testing.T) {
 // is gone, the operator goes: an object of another namespace that names the sequence and forges
 // the stamp holds nothing.
 func TestObjectsWhoseGroupStopsResolvingStillHold(t *testing.T) {
-	kind := members.Kind{GVR: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true}
-	obj := func(name string, labels, annotations map[string]string, deleted bool) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion("v1")
-		u.SetKind("ConfigMap")
-		u.SetNamespace("shop")
-		u.SetName(name)
-		u.SetUID(types.UID(name))
-		u.SetLabels(labels)
-		u.SetAnnotations(annotations)
-		u.SetFinalizers([]string{keys.TeardownFinalizer})
-		if deleted {
-			u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
-		}
-		return u
-	}
+	kind := configMaps
+	obj := configMap
 	operator := obj("operator", map[string]string{keys.GroupLabel: "op", keys.GroupOrderLabel: "1"}, nil, true)
 	resource := obj("resource", map[string]string{keys.GroupLabel: "crs"}, // no order: its policy is gone for now
 		map[string]string{keys.ResolvedSequenceAnnotation: "shop", keys.ResolvedGroupAnnotation: "crs", keys.ResolvedGroupOrderAnnotation: "2"}, false)
