@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Operation is one JSON patch operation.
@@ -38,13 +39,19 @@ func Add(path string, value any) Operation { return jsonpatch.NewOperation("add"
 // Remove removes the value at path (the patch fails when there is none).
 func Remove(path string) Operation { return jsonpatch.NewOperation("remove", path, nil) }
 
-// Test makes the patch fail (422) unless the value at path equals value.
-func Test(path string, value any) Operation { return jsonpatch.NewOperation("test", path, value) }
+// test makes the patch fail (422) unless the value at path equals value.
+func test(path string, value any) Operation { return jsonpatch.NewOperation("test", path, value) }
 
 // TestAndRemove tests that element i of the list at path equals value, then removes it.
 func TestAndRemove(path string, i int, value any) []Operation {
 	at := path + "/" + strconv.Itoa(i)
-	return []Operation{Test(at, value), Remove(at)}
+	return []Operation{test(at, value), Remove(at)}
+}
+
+// TestAndRemoveFrom is TestAndRemove on the object of that UID only: one deleted and created again
+// under its name since it was read fails the patch (422) instead of losing the element.
+func TestAndRemoveFrom(uid types.UID, path string, i int, value any) []Operation {
+	return append([]Operation{test("/metadata/uid", uid)}, TestAndRemove(path, i, value)...)
 }
 
 // Marshal encodes operations as a JSON patch document.

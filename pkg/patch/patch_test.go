@@ -15,6 +15,9 @@ func TestPatches(t *testing.T) {
 			`[{"op":"test","path":"/metadata/finalizers/2","value":"wavegate.io/ordered-teardown"},{"op":"remove","path":"/metadata/finalizers/2"}]`},
 		"test a gate by its object": {TestAndRemove("/spec/schedulingGates", 0, map[string]string{"name": "wavegate.io/ordered"}),
 			`[{"op":"test","path":"/spec/schedulingGates/0","value":{"name":"wavegate.io/ordered"}},{"op":"remove","path":"/spec/schedulingGates/0"}]`},
+		"test the object's UID first": {TestAndRemoveFrom("6f1c", "/spec/schedulingGates", 1, map[string]string{"name": "wavegate.io/ordered"}),
+			`[{"op":"test","path":"/metadata/uid","value":"6f1c"},{"op":"test","path":"/spec/schedulingGates/1","value":{"name":"wavegate.io/ordered"}},` +
+				`{"op":"remove","path":"/spec/schedulingGates/1"}]`},
 		"add an annotation with an escaped key": {[]Operation{Add(Pointer("/metadata/annotations", "resolved.wavegate.io/wave"), "now")},
 			`[{"op":"add","path":"/metadata/annotations/resolved.wavegate.io~1wave","value":"now"}]`},
 		"remove a field": {[]Operation{Remove("/spec/activeDeadlineSeconds")}, `[{"op":"remove","path":"/spec/activeDeadlineSeconds"}]`},

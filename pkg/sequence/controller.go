@@ -271,13 +271,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// view (the tracker re-listed after the pass read the members) lacks the groups whose members it
 	// missed: it would delete their Jobs as stale, Complete ones among them, and released groups
 	// would wait again, the new pods of the groups after them too. Such a pass leaves the Jobs alone
-	// and is retried. (Gates are removed only on the consistent read, the status is written only on
-	// an unmoved view.)
-	var armLater time.Duration
-	var refusedJobs []*refusedJobError
-	if r.viewMoved(view) {
-		errs = append(errs, errViewChanged)
-	} else if armLater, refusedJobs, err = r.openJobs(ctx, seq, plan, jobs, gate, td); err != nil {
+	// (openJobs and deleteStaleJobs return errViewChanged) and is retried. (Gates are removed only on
+	// the consistent read, the status is written only on an unmoved view.)
+	armLater, refusedJobs, err := r.openJobs(ctx, view, seq, plan, jobs, gate, td)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, refused := range refusedJobs {
@@ -455,8 +452,12 @@ func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 // ReplicaSet creates them a moment after its Deployment). Arming later only starts the group's
 // clock later (armDeadline counts from the arming); a restarted manager, which remembers no
 // creation, arms at once. A Job this pass creates is armed by it when the pass has made that read
-// and the read opened its group.
-func (r *Reconciler) openJobs(ctx context.Context, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, []*refusedJobError, error) {
+// and the read opened its group. Nothing is done once the tracker's view has moved past the one
+// the plan was made on (view): errViewChanged.
+func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, []*refusedJobError, error) {
+	if r.viewMoved(view) {
+		return 0, nil, errViewChanged
+	}
 	byKey := jobsByKey(jobs)
 	now := r.now()
 	var later time.Duration

@@ -419,8 +419,7 @@ func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
 		// wavegate's. Each entry is converted on every later write of the pod (its binding, its
 		// kubelet's status updates); a released-at annotation written here cost the hundred-pod
 		// release about 55 ms on the local cluster (docs/benchmarks.md).
-		ops := append([]patch.Operation{patch.Test("/metadata/uid", p.UID)},
-			patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})...)
+		ops := patch.TestAndRemoveFrom(p.UID, "/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})
 		// The pod is the cache's own (sequencePods does not copy): the response goes elsewhere, and
 		// only its metadata is asked for.
 		target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}

@@ -199,7 +199,7 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: WaiterServiceAccount, Namespace: "shop", Labels: map[string]string{keys.WaiterRBACLabel: "true"}}}).Build()
 	now := time.Now()
-	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system", Now: func() time.Time { return now }}
+	r := &Reconciler{Client: c, Tracker: &members.Tracker{}, Image: "wavegate:test", Namespace: "wavegate-system", Now: func() time.Time { return now }}
 	members := []Member{m("db", 1, "shop", "db", 1)}
 	td := &teardown.Result{}
 	reads := 0
@@ -217,7 +217,7 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		later, _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, td)
+		later, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, gate, td)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,9 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 	// Past the grace, and after a restart, a pass reads to arm.
 	for name, restart := range map[string]func(){
 		"grace over": func() { now = now.Add(armingGrace) },
-		"restart":    func() { r = &Reconciler{Client: c, Image: r.Image, Namespace: r.Namespace, Now: r.Now} },
+		"restart": func() {
+			r = &Reconciler{Client: c, Tracker: r.Tracker, Image: r.Image, Namespace: r.Namespace, Now: r.Now}
+		},
 	} {
 		if err := c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace("shop")); err != nil {
 			t.Fatal(err)
@@ -315,7 +317,7 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 				return c.Patch(ctx, o, p, opts...)
 			},
 		}).Build()
-	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
+	r := &Reconciler{Client: c, Tracker: &members.Tracker{}, Image: "wavegate:test", Namespace: "wavegate-system"}
 	var jobs batchv1.JobList
 	if err := c.List(ctx, &jobs); err != nil {
 		t.Fatal(err)
@@ -325,7 +327,7 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 		t.Fatalf("plan: %+v, %+v; want db open with its Job running, web prestarted", plan[0], plan[1])
 	}
 	gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
-	if _, _, err := r.openJobs(ctx, "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
+	if _, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.List(ctx, &jobs); err != nil {
@@ -600,17 +602,20 @@ func TestArmRecordsWhenTheGroupOpened(t *testing.T) {
 	}
 }
 
-// TestStaleJobsAreLeftOnAMovedView: a pass that read the members before the tracker began to re-list
-// (a namespace opting in anywhere re-lists every informer) may have planned on a partial view, with
-// the groups whose members it missed gone from its plan. Their wait Jobs, the Complete one of a
-// released group among them, are not deleted as stale on it: the group would wait again, and the
-// new pods of the groups after it. On the view the pass read, the same call deletes them (the test
-// can fail).
-func TestStaleJobsAreLeftOnAMovedView(t *testing.T) {
-	r := &Reconciler{Image: "wavegate:test"}
-	released := r.waitJob("shop", &Group{Name: "db", Open: true, JobNamespace: "shop", JobName: "wavegate-wait-db"})
-	released.UID = "db"
+// TestJobsAreLeftAloneOnAMovedView: a pass that read the members before the tracker began to
+// re-list (a namespace opting in anywhere re-lists every informer) may have planned on a partial
+// view, with the groups whose members it missed gone from its plan. On it no wait Job is created
+// or armed, and none is deleted as stale: not the Complete one of a released group whose members
+// the view missed (the group would wait again, and the new pods of the groups after it). On the
+// view the pass read, the same calls create the open group's Job and delete the one no group
+// needs (the test can fail).
+func TestJobsAreLeftAloneOnAMovedView(t *testing.T) {
+	r := &Reconciler{Image: "wavegate:test", Namespace: "wavegate-system"}
+	released := r.waitJob("shop", &Group{Name: "cache", Open: true, JobNamespace: "shop", JobName: "wavegate-wait-cache"})
+	released.UID = "cache"
 	released.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	// The plan of the partial view: db open without a Job, cache's members missed.
+	plan := Plan("shop", []Member{m("db", 1, "shop", "db", 1)}, nil, func(*Group) JobState { return JobMissing }, "wavegate-system")
 	for _, moved := range []bool{true, false} {
 		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(released.DeepCopy()).Build()
 		r.Client, r.Tracker = c, &members.Tracker{}
@@ -618,17 +623,27 @@ func TestStaleJobsAreLeftOnAMovedView(t *testing.T) {
 		if moved {
 			r.Tracker.Rescope()
 		}
-		// The plan of the partial view: db's members missed, no group.
-		err := r.deleteStaleJobs(context.Background(), view, nil, []batchv1.Job{*released})
+		ctx := context.Background()
+		gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
+		_, _, openErr := r.openJobs(ctx, view, "shop", plan, []batchv1.Job{*released}, gate, &teardown.Result{})
+		deleteErr := r.deleteStaleJobs(ctx, view, plan, []batchv1.Job{*released})
 		var left batchv1.JobList
-		if lerr := c.List(context.Background(), &left); lerr != nil {
-			t.Fatal(lerr)
+		if err := c.List(ctx, &left); err != nil {
+			t.Fatal(err)
 		}
-		switch {
-		case moved && (!errors.Is(err, errViewChanged) || len(left.Items) != 1):
-			t.Errorf("view moved: error %v, Jobs left %d; want errViewChanged and db's Complete Job kept", err, len(left.Items))
-		case !moved && (err != nil || len(left.Items) != 0):
-			t.Errorf("view unmoved: error %v, Jobs left %d; want the Job no group needs deleted", err, len(left.Items))
+		var names []string
+		for _, j := range left.Items {
+			names = append(names, j.Labels[keys.WaitGroupLabel])
+		}
+		want, wantErr := []string{"db"}, error(nil)
+		if moved {
+			want, wantErr = []string{"cache"}, errViewChanged
+		}
+		if !errors.Is(openErr, wantErr) || !errors.Is(deleteErr, wantErr) {
+			t.Errorf("view moved %v: errors %v and %v, want %v", moved, openErr, deleteErr, wantErr)
+		}
+		if d := cmp.Diff(want, names); d != "" {
+			t.Errorf("view moved %v: wait Jobs of the groups (-want +got):\n%s", moved, d)
 		}
 	}
 }

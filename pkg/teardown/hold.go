@@ -492,8 +492,7 @@ func patchOutFinalizer(ctx context.Context, res dynamic.ResourceInterface, o *un
 	if i < 0 {
 		return nil
 	}
-	body, err := patch.Marshal(append([]patch.Operation{patch.Test("/metadata/uid", o.GetUID())},
-		patch.TestAndRemove("/metadata/finalizers", i, keys.TeardownFinalizer)...)...)
+	body, err := patch.Marshal(patch.TestAndRemoveFrom(o.GetUID(), "/metadata/finalizers", i, keys.TeardownFinalizer)...)
 	if err != nil {
 		return err
 	}

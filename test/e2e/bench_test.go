@@ -409,8 +409,7 @@ func removeGates(ctx context.Context, t testing.TB, ns, gate string, after int) 
 		go func() {
 			for p := range work {
 				i := slices.IndexFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == gate })
-				body, err := patch.Marshal(append([]patch.Operation{patch.Test("/metadata/uid", p.UID)},
-					patch.TestAndRemove("/spec/schedulingGates", i, map[string]string{"name": gate})...)...)
+				body, err := patch.Marshal(patch.TestAndRemoveFrom(p.UID, "/spec/schedulingGates", i, map[string]string{"name": gate})...)
 				if err == nil {
 					err = retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
 						_, err := client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.JSONPatchType, body, metav1.PatchOptions{})
