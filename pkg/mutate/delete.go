@@ -60,7 +60,7 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) admissio
 	msg := s.Check.Refuse(ctx, idx, teardown.Deletion{
 		Namespace: string(req.GetStringBytes("namespace")), Resource: resource, Kind: gk.Kind, Foreground: foreground,
 		User: user, Labels: obj.Labels, Deleting: obj.Deleting,
-		ControllerKind: obj.ControllerKind, ControllerName: obj.ControllerName,
+		ControllerKind: obj.ControllerKind, ControllerName: obj.ControllerName, Claims: claims(old, resource),
 	})
 	if msg == "" {
 		return admission.Allowed("")
@@ -68,6 +68,20 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) admissio
 	resp := admission.Denied(msg)
 	resp.Result.Code, resp.Result.Reason = http.StatusConflict, metav1.StatusReasonConflict
 	return resp
+}
+
+// claims returns the PersistentVolumeClaims a pod mounts by name.
+func claims(pod *fastjson.Value, resource schema.GroupResource) []string {
+	if resource != (schema.GroupResource{Resource: "pods"}) {
+		return nil
+	}
+	var out []string
+	for _, v := range pod.GetArray("spec", "volumes") {
+		if name := v.GetStringBytes("persistentVolumeClaim", "claimName"); len(name) > 0 {
+			out = append(out, string(name))
+		}
+	}
+	return out
 }
 
 var errNoRequest = errors.New("the AdmissionReview has no request")

@@ -8,7 +8,11 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/teardown"
 )
@@ -43,7 +47,10 @@ type terminating map[string]bool
 
 func (t terminating) Terminating(ns string) bool { return t[ns] }
 
-func (t terminating) Labels(string) (map[string]string, error) { return nil, nil }
+// Labels: every namespace has opted in.
+func (t terminating) Labels(string) (map[string]string, error) {
+	return map[string]string{keys.EnabledLabel: "true"}, nil
+}
 
 func TestDeleteCheck(t *testing.T) {
 	const (
@@ -158,4 +165,59 @@ func serveDelete(t *testing.T, s *DeleteServer, resource [2]string, object, user
 		t.Fatalf("response %q is not an AdmissionReview: %v", rec.Body.String(), err)
 	}
 	return out.Response
+}
+
+// TestDeleteCheckNeverHoldsAPodOnALaterGroupsClaim: while its namespace is deleted, a pod that
+// mounts a claim of a later group goes, grouped or not. The claim's pvc-protection finalizer waits
+// for the pod, so holding the pod until the later groups are gone would hold the claim, its group,
+// and the pod for good. A pod on a claim of its own group, of no group or of another sequence, or
+// on a claim that does not exist, is held as any other.
+func TestDeleteCheckNeverHoldsAPodOnALaterGroupsClaim(t *testing.T) {
+	const namespaceCtrl = "system:serviceaccount:kube-system:namespace-controller"
+	meta := func(apiVersion, kind, name string, labels map[string]string) runtime.Object {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: labels}}
+	}
+	instances := map[string]string{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"}
+	s := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	md := metadatafake.NewSimpleMetadataClient(s,
+		meta("example.com/v1", "Widget", "w0", instances), meta("example.com/v1", "Widget", "w1", instances),
+		meta("v1", "PersistentVolumeClaim", "data", instances),
+		meta("v1", "PersistentVolumeClaim", "operator-data", map[string]string{keys.GroupLabel: "operator", keys.GroupOrderLabel: "1"}),
+		meta("v1", "PersistentVolumeClaim", "scratch", map[string]string{"app": "backup"}),
+		meta("v1", "PersistentVolumeClaim", "elsewhere", map[string]string{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2", keys.SequenceLabel: "shop.other"}))
+	pod := func(labels, claim string) string {
+		return `{"metadata":{"labels":` + labels + `,"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u1","controller":true}]},` +
+			`"spec":{"volumes":[{"name":"tmp","emptyDir":{}},{"name":"data","persistentVolumeClaim":{"claimName":"` + claim + `"}}]}}`
+	}
+	const (
+		ungrouped = `{"app":"backup"}`
+		operator  = `{"wavegate.io/group":"operator","wavegate.io/group-order":"1"}`
+	)
+	cases := map[string]struct {
+		object     string
+		wantDenied bool
+	}{
+		"a pod of no group on a later group's claim":       {pod(ungrouped, "data"), false},
+		"an earlier group's pod on a later group's claim":  {pod(operator, "data"), false},
+		"a pod of no group on a claim of no group":         {pod(ungrouped, "scratch"), true},
+		"a pod of no group on the earliest group's claim":  {pod(ungrouped, "operator-data"), true},
+		"an earlier group's pod on its own group's claim":  {pod(operator, "operator-data"), true},
+		"a pod of no group on another sequence's claim":    {pod(ungrouped, "elsewhere"), true},
+		"a pod of no group on a claim that does not exist": {pod(ungrouped, "gone"), true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := &DeleteServer{Policies: policy.NewStaticStore(&policy.Index{}), Check: &teardown.Check{
+				Later:      laterGroups{objects: map[string]int32{"shop": 2}},
+				Namespaces: terminating{"shop": true}, Metadata: md}}
+			out := serveDelete(t, srv, [2]string{"", "pods"}, tc.object, namespaceCtrl, "Background")
+			if out.Allowed == tc.wantDenied {
+				t.Fatalf("allowed = %v, want %v (%+v)", out.Allowed, !tc.wantDenied, out.Result)
+			}
+		})
+	}
 }

@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -63,6 +65,8 @@ type Deletion struct {
 	Deleting bool
 	// ControllerKind and ControllerName name the object's controller, if any.
 	ControllerKind, ControllerName string
+	// Claims are the PersistentVolumeClaims a pod mounts (spec.volumes[].persistentVolumeClaim).
+	Claims []string
 }
 
 // Check is the DELETE check of ordered teardown. It refuses, retryably (409 Conflict):
@@ -158,7 +162,7 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 		}
 	}
 	groups, remaining, resources := c.later(ctx, idx, res.Sequence, res.GroupOrder)
-	if remaining == 0 {
+	if remaining == 0 || c.mountsLater(ctx, idx, d, res.Sequence, res.GroupOrder) {
 		return ""
 	}
 	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) {
@@ -190,7 +194,7 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion) string {
 	for _, sp := range c.Later.Spanning(d.Namespace) {
 		groups, remaining, resources := c.later(ctx, idx, sp.Sequence, sp.Earliest)
-		if remaining == 0 || sameResource(resources, d.Resource) {
+		if remaining == 0 || sameResource(resources, d.Resource) || c.mountsLater(ctx, idx, d, sp.Sequence, sp.Earliest) {
 			// Nothing later, or the later groups' objects include this kind: refusing it would hold
 			// them too (one collection per kind, deleted in list order up to the first refusal).
 			continue
@@ -220,6 +224,52 @@ func (c *Check) later(ctx context.Context, idx *policy.Index, seq string, order 
 		return groups, remaining, resources
 	}
 	return live, n, resources
+}
+
+// mountsLater reports whether a pod mounts a claim of a later group than order in sequence seq. Such
+// a pod is never held: the claim's deletion waits for the pod (its pvc-protection finalizer stays
+// while a scheduled pod uses it), so holding the pod until the later groups are gone would hold
+// them, and the pod, for good, and the namespace with them. A claim that cannot be read keeps the
+// refusal (the namespace controller retries).
+func (c *Check) mountsLater(ctx context.Context, idx *policy.Index, d Deletion, seq string, order int32) bool {
+	if len(d.Claims) == 0 || c.Metadata == nil {
+		return false
+	}
+	nsLabels, err := NamespaceLabels(c.Namespaces, idx, d.Namespace)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	for _, name := range d.Claims {
+		claim, err := c.Metadata.Resource(claimsGVR).Namespace(d.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Reading a claim the pod mounts; refusing as if it were not a later group's", "claim", klog.KRef(d.Namespace, name))
+			return false
+		}
+		if res := placeOf(claim, d.Namespace, nsLabels, idx); res != nil && res.Sequence == seq && res.GroupOrder > order {
+			return true
+		}
+	}
+	return false
+}
+
+var claimsGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
+
+// placeOf is where an object of a sequence stands for teardown: where its labels resolve, or, when
+// they name a group that does not resolve now, where admission stamped it (stampedIn). nil: nowhere.
+func placeOf(o metav1.Object, namespace string, nsLabels map[string]string, idx *policy.Index) *resolve.Resolution {
+	res, errs := resolve.Resolve(resolve.Object{Namespace: namespace, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
+	if st, ok := stampedIn(o, namespace, nsLabels, idx); ok && len(errs) > 0 {
+		return st // its labels do not resolve now: where admission placed it
+	}
+	if len(errs) > 0 {
+		return nil
+	}
+	return res
 }
 
 // sameResource reports whether resources (members.ResourceString) include the resource deleted.
@@ -260,11 +310,8 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 				continue // the controllers order only opted-in namespaces
 			}
 		}
-		res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: nsLabels, Labels: o.GetLabels()}, idx)
-		if st, ok := stampedIn(o, ns, nsLabels, idx); ok && len(errs) > 0 {
-			res, errs = st, nil // its labels do not resolve now: where admission placed it (as the hold does)
-		}
-		if res == nil || len(errs) > 0 || res.Sequence != seq || res.GroupOrder <= order {
+		res := placeOf(o, ns, nsLabels, idx) // as the hold places it
+		if res == nil || res.Sequence != seq || res.GroupOrder <= order {
 			continue
 		}
 		groups[res.Group] = true

@@ -258,11 +258,8 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 			if !sc.OptedIn(ctx, ns) {
 				continue
 			}
-			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: f.GetLabels()}, idx)
-			if st, ok := stampedIn(f, ns, sc.Labels(ctx, ns), idx); ok && len(errs) > 0 {
-				res, errs = st, nil // as the cache's stamped objects
-			}
-			if res != nil && len(errs) == 0 && res.GroupOrder > o.res.GroupOrder {
+			// Placed as the cache's objects are, stamped ones included.
+			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil && res.GroupOrder > o.res.GroupOrder {
 				return true, "", time.Second, nil
 			}
 		}

@@ -319,3 +319,80 @@ func reinstallWebhooks(t *testing.T) {
 	}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(HaveKey(keys.ResolvedGroupAnnotation), "the webhook does not admit again")
 	g.Expect(cs.CoreV1().Namespaces().Delete(ctx, probe.Name, metav1.DeleteOptions{})).To(Succeed())
 }
+
+// TestNamespaceDeletionWithAPodOnALaterGroupsClaim: an unlabeled Deployment (a backup job's, say)
+// mounts the claim of the last group, data (order 2), and a Deployment of group operator (order 1)
+// makes the namespace's sequence span two groups. The namespace controller deletes everything: the
+// claim waits for the pod that mounts it (the real pvc-protection controller keeps it while a
+// scheduled pod uses it), so if wavegate held that pod with the earliest group until the later
+// groups are gone, neither would ever go, nor the namespace.
+func TestNamespaceDeletionWithAPodOnALaterGroupsClaim(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "td-claim"
+	applyYAML(t, fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s-0}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  hostPath: {path: /mnt/%[1]s-0}
+  claimRef: {namespace: %[1]s, name: data}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+spec:
+  selector: {matchLabels: {app: operator}}
+  template:
+    metadata: {labels: {app: operator}}
+    spec:
+      containers: [{name: c, image: operator}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: %[1]s
+  labels: {wavegate.io/group: data, wavegate.io/group-order: "2"}
+spec:
+  storageClassName: ""
+  volumeName: %[1]s-0
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: backup, namespace: %[1]s}
+spec:
+  selector: {matchLabels: {app: backup}}
+  template:
+    metadata: {labels: {app: backup}}
+    spec:
+      containers: [{name: c, image: backup, volumeMounts: [{name: data, mountPath: /data}]}]
+      volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+`, ns))
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "pv", ns+"-0", "--wait=false").Run() })
+	waitSummary(t, ns, "operator 1/1 Released, data 1/1 Released")
+	g.Eventually(func() error {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=backup"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("the backup pod is not running: %v", err)
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.Finalizers).To(ContainElement("kubernetes.io/pvc-protection"), "nothing would keep the claim for its pod")
+	took := deleteNamespaceTimed(t, ns)
+	t.Logf("namespace deletion with a pod of no group on the last group's claim: %s", took.Round(100*time.Millisecond))
+}
