@@ -981,7 +981,9 @@ func (t *Tracker) Kinds() []Kind {
 // it decided to plan the sequence (the sequence records none of them; their LIST would fail the read
 // of every sequence). Any other kind is read, and one whose LIST fails fails the read: a kind that
 // became unavailable since then may hold the sequence's members.
-func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, skip map[schema.GroupVersionResource]string) ([]MetaObject, error) {
+//
+// keep selects the objects: IsMember for the members (teardown also reads objects that are not).
+func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, skip map[schema.GroupVersionResource]string, keep func(metav1.Object) bool) ([]MetaObject, error) {
 	t.mu.RLock()
 	kinds := make([]Kind, 0, len(t.kinds))
 	for gvr, k := range t.kinds {
@@ -990,7 +992,7 @@ func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, 
 		}
 	}
 	t.mu.RUnlock()
-	return ListMembers(ctx, t.Metadata, kinds, t.GroupLabels(), sequence, namespace)
+	return ListMembers(ctx, t.Metadata, kinds, t.GroupLabels(), sequence, namespace, keep)
 }
 
 // Generation is where the tracker's view stands: it moves when informers are added, stopped or
@@ -1001,8 +1003,8 @@ func (t *Tracker) Generation() uint64 { return t.gen.Load() }
 
 // ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,
 // straight from the API server (a consistent read). namespace limits the read to namespaced kinds
-// in that namespace ("" = every kind, everywhere).
-func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, labelKeys []string, sequence, namespace string) ([]MetaObject, error) {
+// in that namespace ("" = every kind, everywhere). keep selects the objects (IsMember: the members).
+func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, labelKeys []string, sequence, namespace string, keep func(metav1.Object) bool) ([]MetaObject, error) {
 	// One LIST per kind and label, a few at a time: the consistent read is on the critical path of
 	// every release, and dozens of kinds read one after the other would add up.
 	var mu sync.Mutex
@@ -1024,7 +1026,7 @@ func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, label
 				defer mu.Unlock()
 				for i := range list.Items {
 					o := &list.Items[i]
-					if SequenceOf(o) == sequence && IsMember(o) {
+					if SequenceOf(o) == sequence && keep(o) {
 						out = append(out, MetaObject{Kind: k, PartialObjectMetadata: o})
 					}
 				}

@@ -484,10 +484,10 @@ func TestFreshMembersReadsEveryKindItIsNotToldToSkip(t *testing.T) {
 		kinds: map[schema.GroupVersionResource]Kind{
 			configMaps: {GVR: configMaps, GVK: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, Namespaced: true},
 			widgets:    {GVR: widgets, GVK: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, Namespaced: true}}}
-	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", nil); err == nil {
+	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", nil, IsMember); err == nil {
 		t.Error("a kind that became unavailable was left out of the read")
 	}
-	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", map[schema.GroupVersionResource]string{widgets: "down"}); err != nil {
+	if _, err := tr.FreshMembers(context.Background(), "shop", "shop", map[schema.GroupVersionResource]string{widgets: "down"}, IsMember); err != nil {
 		t.Errorf("a kind unavailable when the pass began failed the read: %v", err)
 	}
 }

@@ -166,7 +166,7 @@ func (f *freshView) plan(ctx context.Context) (openness, error) {
 	read := f.members
 	if read == nil {
 		read = func(ctx context.Context, seq, namespace string) ([]members.MetaObject, error) {
-			return f.r.Tracker.FreshMembers(ctx, seq, namespace, f.unavailable)
+			return f.r.Tracker.FreshMembers(ctx, seq, namespace, f.unavailable, members.IsMember)
 		}
 	}
 	objs, err := read(ctx, f.seq, ns)

@@ -293,12 +293,11 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 		}
 		kinds = append(kinds, members.Kind{GVR: gvr})
 	}
-	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll)
+	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll, holds)
 	if err != nil {
 		return nil, 0, err
 	}
-	groups := map[string]bool{}
-	var n int32
+	var placed []placedObject
 	for _, o := range objs {
 		ns := o.GetNamespace()
 		var nsLabels map[string]string
@@ -310,12 +309,18 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 				continue // the controllers order only opted-in namespaces
 			}
 		}
-		res := placeOf(o, ns, nsLabels, idx) // as the hold places it
-		if res == nil || res.Sequence != seq || res.GroupOrder <= order {
-			continue
+		if res := placeOf(o, ns, nsLabels, idx); res != nil && res.Sequence == seq { // as the hold places it
+			placed = append(placed, placedObject{o, res})
 		}
-		groups[res.Group] = true
-		n++
+	}
+	orders := memberOrders(placed)
+	groups := map[string]bool{}
+	var n int32
+	for _, p := range placed {
+		if p.res.GroupOrder > order && !ownedByEarlier(p.Object, p.res, orders) {
+			groups[p.res.Group] = true
+			n++
+		}
 	}
 	return sortedKeys(groups), n, nil
 }

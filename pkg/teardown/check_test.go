@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/utils/ptr"
 
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
@@ -41,5 +43,41 @@ func TestConfirmCountsObjectsWhoseGroupStopsResolving(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"crs"}, groups); d != "" || n != 1 {
 		t.Errorf("later groups (-want +got):\n%s\nobjects %d, want 1", d, n)
+	}
+}
+
+// TestConfirmCountsOwnedObjectsThatWaitForAFinalizer: an object a controller made (an operator's
+// child resource) is no member, but one that carries someone else's finalizer counts in its group
+// as a member does, unless its controller is a member of an earlier group: that member is held
+// while it exists, and it is deleted only once that member is gone. One without a finalizer goes
+// with its owner and counts for nothing.
+func TestConfirmCountsOwnedObjectsThatWaitForAFinalizer(t *testing.T) {
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	cm := func(name string, order string, owner string, finalizers ...string) runtime.Object {
+		o := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name), Finalizers: finalizers,
+				Labels: map[string]string{keys.GroupLabel: "g" + order, keys.GroupOrderLabel: order}}}
+		if owner != "" {
+			o.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner, UID: types.UID(owner), Controller: ptr.To(true)}}
+		}
+		return o
+	}
+	s := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := &Check{Metadata: metadatafake.NewSimpleMetadataClient(s,
+		cm("operator", "1", "", keys.TeardownFinalizer),
+		cm("resource", "2", "", keys.TeardownFinalizer),
+		cm("child", "2", "resource", "example.com/cleanup"),
+		cm("child-without-finalizer", "2", "resource"),
+		cm("child-with-only-wavegates", "2", "resource", keys.TeardownFinalizer),
+		cm("operators-own", "2", "operator", "example.com/cleanup"))}
+	groups, n, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"g2"}, groups); d != "" || n != 2 {
+		t.Errorf("later groups (-want +got):\n%s\nobjects %d, want 2 (resource and child)", d, n)
 	}
 }

@@ -104,11 +104,21 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 	}()
 	// Only members carry the finalizer; one on anything else (made by an older wavegate, say) is
 	// released at once, never left for nobody to remove.
-	for _, o := range r.Tracker.NonMembers(seq) {
+	nonMembers := r.Tracker.NonMembers(seq)
+	for _, o := range nonMembers {
 		if HasFinalizer(o) {
 			if err := r.Release(ctx, o, "it is not a group member in its own right (its controller is)"); err != nil {
 				errs = append(errs, err)
 			}
+		}
+	}
+	tally := func(o members.Object, res *resolve.Resolution) {
+		if resources[res.Group] == nil {
+			resources[res.Group] = map[string]bool{}
+		}
+		resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
+		if o.GetDeletionTimestamp() != nil {
+			out.Terminating[res.Group]++
 		}
 	}
 	// all are the sequence's objects whose labels resolve; stamped, those whose labels name a group
@@ -142,12 +152,21 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			continue
 		}
 		all = append(all, resolvedObject{o, res})
-		if resources[res.Group] == nil {
-			resources[res.Group] = map[string]bool{}
+		tally(o, res)
+	}
+	// owned are the objects a controller made that carry someone else's finalizer (holds): they
+	// hold the groups before theirs as members do, and are counted with their group, but nothing is
+	// decided on them.
+	orders := memberOrders(slices.Concat(all, stamped))
+	var owned []resolvedObject
+	for _, o := range nonMembers {
+		ns := o.Kind.NamespaceOf(o)
+		if !holds(o) || !sc.OptedIn(ctx, ns) {
+			continue
 		}
-		resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
-		if o.GetDeletionTimestamp() != nil {
-			out.Terminating[res.Group]++
+		if res := placeOf(o, ns, sc.Labels(ctx, ns), idx); res != nil && !ownedByEarlier(o, res, orders) {
+			owned = append(owned, resolvedObject{o, res})
+			tally(o, res)
 		}
 	}
 	// The consistent read that confirms a release is made once per pass and shared by the objects it
@@ -158,7 +177,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if read {
 			return fresh, nil
 		}
-		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq), r.Unavailable)
+		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq), r.Unavailable, holds)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +197,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if o.GetDeletionTimestamp() == nil {
 			continue
 		}
-		held, why, requeue, err := r.hold(ctx, o, append(slices.Clip(all), stamped...), idx, sc, freshMembers)
+		held, why, requeue, err := r.hold(ctx, o, slices.Concat(all, stamped, owned), idx, sc, freshMembers)
 		if err != nil {
 			// Undecided: it stays held until a retry can tell.
 			errs = append(errs, err)
@@ -253,13 +272,20 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 		if err != nil {
 			return false, "", 0, err
 		}
+		placed := make([]placedObject, 0, len(fresh))
 		for _, f := range fresh {
 			ns := f.Kind.NamespaceOf(f)
 			if !sc.OptedIn(ctx, ns) {
 				continue
 			}
-			// Placed as the cache's objects are, stamped ones included.
-			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil && res.GroupOrder > o.res.GroupOrder {
+			// Placed as the cache's objects are, stamped ones and owned ones included.
+			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil {
+				placed = append(placed, placedObject{f, res})
+			}
+		}
+		orders := memberOrders(placed)
+		for _, p := range placed {
+			if p.res.GroupOrder > o.res.GroupOrder && !ownedByEarlier(p.Object, p.res, orders) {
 				return true, "", time.Second, nil
 			}
 		}
@@ -443,6 +469,57 @@ func Condition(holds []string) metav1.Condition {
 	holds = slices.Clone(holds)
 	sort.Strings(holds)
 	return metav1.Condition{Type: ConditionHeld, Status: metav1.ConditionTrue, Reason: ReasonTeardownHeld, Message: strings.Join(holds, "; ")}
+}
+
+// holds reports whether an object of a sequence holds the groups before its own while it exists: a
+// member, or an object a controller made (an operator's child resource, owned by the resource it
+// was made for) that carries a finalizer other than wavegate's. That object is no member, but it
+// waits for whoever removes its finalizer, often the operator of an earlier group: released when
+// its owner went, the operator would leave it stuck. One without a finalizer goes with its owner,
+// whatever runs.
+func holds(o metav1.Object) bool {
+	if members.IsMember(o) {
+		return true
+	}
+	if _, waitJob := o.GetLabels()[keys.WaitJobLabel]; waitJob {
+		return false
+	}
+	return slices.ContainsFunc(o.GetFinalizers(), func(f string) bool { return f != keys.TeardownFinalizer })
+}
+
+// placedObject is an object of a sequence and where teardown places it.
+type placedObject struct {
+	metav1.Object
+	res *resolve.Resolution
+}
+
+// memberOrders returns the group order of each member by UID.
+func memberOrders[T interface {
+	metav1.Object
+	order() int32
+}](objs []T) map[types.UID]int32 {
+	out := make(map[types.UID]int32, len(objs))
+	for _, o := range objs {
+		if members.IsMember(o) {
+			out[o.GetUID()] = o.order()
+		}
+	}
+	return out
+}
+
+func (p placedObject) order() int32   { return p.res.GroupOrder }
+func (o resolvedObject) order() int32 { return o.res.GroupOrder }
+
+// ownedByEarlier reports whether an object that is no member is owned by a member of an earlier
+// group (orders, by UID). It holds nothing: its controller is held while it exists, and it is
+// deleted only once its controller is gone, a cycle.
+func ownedByEarlier(o metav1.Object, res *resolve.Resolution, orders map[types.UID]int32) bool {
+	c := metav1.GetControllerOfNoCopy(o)
+	if c == nil {
+		return false
+	}
+	order, ok := orders[c.UID]
+	return ok && order < res.GroupOrder
 }
 
 // HasFinalizer reports whether an object carries wavegate's teardown finalizer.

@@ -396,3 +396,55 @@ spec:
 	took := deleteNamespaceTimed(t, ns)
 	t.Logf("namespace deletion with a pod of no group on the last group's claim: %s", took.Round(100*time.Millisecond))
 }
+
+// TestCustomResourcesTheirParentOwnsHoldTheOperator: Widget w0 (group instances) owns Widget
+// w0-part (its controller, as an operator's child resources are owned by the resource they were
+// made for), which carries the same labels and the operator's finalizer, and whose cleanup takes
+// 5 s. w0-part is no member in its own right, but the operator must outlive it as it does w0:
+// with `kubectl delete -f` (background; the real garbage collector deletes w0-part once w0 is
+// gone), and with the namespace's deletion (the namespace controller deletes both at once). Both
+// would leave w0-part stuck on its finalizer if the operator went when w0 did.
+func TestCustomResourcesTheirParentOwnsHoldTheOperator(t *testing.T) {
+	t.Parallel()
+	startWidgetOperator(t)
+	for _, how := range []string{"delete-f", "namespace"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ctx := context.Background()
+			ns := "td-owned-" + how
+			app := operatorApp(ns, "Deployment", 1)
+			applyYAML(t, app)
+			waitSummary(t, ns, "instances 1/1 Released")
+			w0, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "w0", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			applyYAML(t, fmt.Sprintf(`apiVersion: example.com/v1
+kind: Widget
+metadata:
+  name: w0-part
+  namespace: %s
+  labels: {wavegate.io/group: instances, wavegate.io/group-order: "2"}
+  annotations: {example.com/cleanup-seconds: "5"}
+  finalizers: [example.com/cleanup]
+  ownerReferences: [{apiVersion: example.com/v1, kind: Widget, name: w0, uid: %s, controller: true, blockOwnerDeletion: true}]
+`, ns, w0.GetUID()))
+			part := func() error {
+				_, err := dyn.Resource(widgetsGVR).Namespace(ns).Get(ctx, "w0-part", metav1.GetOptions{})
+				return err
+			}
+			g.Expect(part()).To(Succeed())
+			start := time.Now()
+			if how == "namespace" {
+				deleteNamespaceTimed(t, ns)
+			} else {
+				// Everything but the namespace, as `kubectl delete -f` of an app's manifests does.
+				_, objects, _ := strings.Cut(app, "---\n")
+				run(t, "delete", "-f", writeTemp(t, objects), "--wait=true", "--timeout=90s")
+				g.Eventually(part).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).ShouldNot(Succeed(),
+					"w0-part is left behind: stuck on its finalizer once the operator went")
+				deleteNamespaceTimed(t, ns)
+			}
+			t.Logf("teardown with a 5 s cleanup of a Widget its parent owns (%s): %s", how, time.Since(start).Round(100*time.Millisecond))
+		})
+	}
+}

@@ -121,6 +121,9 @@ func runOperator(ctx context.Context) {
 					time.Since(w.GetDeletionTimestamp().Time) < 500*time.Millisecond {
 					continue // an operator takes a moment to clean up; wavegate's hold must be visible meanwhile
 				}
+				if d, err := time.ParseDuration(w.GetAnnotations()[cleanupSecondsAnnotation] + "s"); err == nil && time.Since(w.GetDeletionTimestamp().Time) < d {
+					continue // a longer cleanup (deprovisioning what the Widget stands for)
+				}
 				opNS := w.GetNamespace()
 				if v := w.GetAnnotations()[operatorNamespaceAnnotation]; v != "" {
 					opNS = v
@@ -137,7 +140,12 @@ func runOperator(ctx context.Context) {
 	}
 }
 
-const operatorNamespaceAnnotation = "example.com/operator-namespace"
+const (
+	operatorNamespaceAnnotation = "example.com/operator-namespace"
+	// cleanupSecondsAnnotation is how many seconds, at least, a Widget's cleanup takes (the
+	// deletionTimestamp has whole seconds, so the 500 ms above may be none).
+	cleanupSecondsAnnotation = "example.com/cleanup-seconds"
+)
 
 // operatorRunning reports whether a pod of the operator runs: phase Running, no deletionTimestamp.
 func operatorRunning(ctx context.Context, cs kubernetes.Interface, ns string) bool {
@@ -220,12 +228,20 @@ func runGC(ctx context.Context) {
 				_ = cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
 			}
 		}
-		// Widgets have no dependents: foreground deletion has nothing to wait for.
+		// A Widget a Widget owns (an operator's child resource) is deleted once its owner is gone.
+		// Foreground deletion of a Widget has nothing to wait for: the tests delete no Widget that
+		// owns another in the foreground.
 		ws, err := dyn.Resource(widgets).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			continue
 		}
+		getWidget := func(ns, name string) (metav1.Object, error) {
+			return dyn.Resource(widgets).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		}
 		for _, w := range ws.Items {
+			if gone, _ := owner(w.GetNamespace(), w.GetOwnerReferences(), getWidget); gone && w.GetDeletionTimestamp() == nil {
+				_ = dyn.Resource(widgets).Namespace(w.GetNamespace()).Delete(ctx, w.GetName(), metav1.DeleteOptions{})
+			}
 			if w.GetDeletionTimestamp() != nil && slices.Contains(w.GetFinalizers(), metav1.FinalizerDeleteDependents) {
 				w.SetFinalizers(slices.DeleteFunc(w.GetFinalizers(), func(f string) bool { return f == metav1.FinalizerDeleteDependents }))
 				_, _ = dyn.Resource(widgets).Namespace(w.GetNamespace()).Update(ctx, &w, metav1.UpdateOptions{})

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
@@ -81,6 +82,39 @@ func TestBackgroundDeletionIsOrdered(t *testing.T) {
 		return notes
 	}).WithTimeout(timeout).Should(ContainElements(MatchRegexp(`^TeardownHeld: held until group instances is gone: \d objects remain$`),
 		HavePrefix(teardown.ReasonTeardownReleased)))
+}
+
+// TestWidgetsAWidgetOwnsHoldTheOperator: Widget w0 owns Widget w0-part (its controller, as an
+// operator's child resources are owned by the resource they were made for), which carries the
+// same labels and the operator's finalizer, and whose cleanup takes 2 s. w0-part is no member, but
+// the operator must outlive it as it does w0, or w0-part stays stuck on its finalizer: when
+// `kubectl delete -f` of the app deletes the operator and w0 (the garbage collector deletes w0-part
+// once w0 is gone), and when the namespace controller deletes everything at once.
+func TestWidgetsAWidgetOwnsHoldTheOperator(t *testing.T) {
+	for _, how := range []string{"delete -f", "namespace deletion"} {
+		t.Run(how, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			a := install(t, namespace(t, true), 1, nil)
+			t.Cleanup(func() { a.unstick(t) })
+			part := widget(a.ns, "w0-part", map[string]any{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"})
+			part.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: "w0",
+				UID: a.widgets[0].GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}})
+			part.SetAnnotations(map[string]string{cleanupSecondsAnnotation: "2"})
+			part, err := dyn.Resource(widgets).Namespace(a.ns).Create(ctx, part, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(part.GetFinalizers()).NotTo(ContainElement(keys.TeardownFinalizer), "w0-part is no member")
+			t.Cleanup(func() { (&app{ns: a.ns, widgets: []*unstructured.Unstructured{part}}).unstick(t) })
+
+			if how == "namespace deletion" {
+				deleteNamespace(t, a.ns) // fails the test if the namespace's content stays
+				return
+			}
+			a.deleteAll(t, metav1.DeletePropagationBackground) // the operator and w0: w0-part is the garbage collector's
+			g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(BeZero(), "w0-part is stuck: the operator went before it")
+			g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
+		})
+	}
 }
 
 // TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
