@@ -50,7 +50,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 	for _, g := range plan {
 		gs := wavev1.GroupStatus{Name: g.Name, Order: g.Order, Revision: g.Revision, Members: int32(len(g.Members)),
 			Ready: countReady(g), Phase: g.Phase, Message: g.Message, GatedPods: u.gated[g.Name],
-			Terminating: td.Terminating[g.Name], Held: td.Held[g.Name], Resources: td.Resources[g.Name]}
+			Terminating: td.Terminating[g.Name], Held: td.Held[g.Name], Owned: td.Owned[g.Name], Resources: td.Resources[g.Name]}
 		if g.JobName != "" && g.JobState != JobMissing {
 			gs.WaitJob = jobKey(g)
 		}
@@ -74,13 +74,19 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		summary = append(summary, line)
 		allReleased = allReleased && g.Released && waits == ""
 	}
-	// Groups whose every object is being deleted are no longer planned, but teardown still orders
-	// them: they stay in the status (and in what admission reads) until they are gone.
-	for name, n := range td.Terminating {
-		if !slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
-			groups = append(groups, wavev1.GroupStatus{Name: name, Order: terminatingOrder(prev, name), Phase: wavev1.GroupTerminating,
-				Terminating: n, Held: td.Held[name], Resources: td.Resources[name], Message: "being deleted"})
+	// Groups whose every member is being deleted, or that have only objects a controller made
+	// (holds), are no longer planned, but teardown still orders them: they stay in the status (and
+	// in what admission and the DELETE check read) until they are gone.
+	for _, name := range slices.Sorted(maps.Keys(td.Orders)) {
+		if td.Terminating[name]+td.Owned[name] == 0 || slices.ContainsFunc(groups, func(g wavev1.GroupStatus) bool { return g.Name == name }) {
+			continue
 		}
+		gs := wavev1.GroupStatus{Name: name, Order: td.Orders[name], Phase: wavev1.GroupTerminating,
+			Terminating: td.Terminating[name], Owned: td.Owned[name], Held: td.Held[name], Resources: td.Resources[name], Message: "being deleted"}
+		if gs.Terminating == 0 {
+			gs.Phase, gs.Message = wavev1.GroupPending, "no members of its own; objects a controller made carry a finalizer and hold the groups before it"
+		}
+		groups = append(groups, gs)
 	}
 	// Groups of gated pods that no tracked member has (a bare pod, an untracked controller's) are
 	// not planned either: they are reported while their pods wait, and are not released until then.
@@ -277,16 +283,6 @@ func podsOnlyMessage(plan []*Group, name string, pg podGroup) string {
 		return fmt.Sprintf("%s; its pods wait for group %s, which is required and has no members yet", what, required)
 	}
 	return what + "; its pods wait for the members to settle"
-}
-
-// terminatingOrder is the order a group had in the last status.
-func terminatingOrder(prev *wavev1.Sequence, group string) int32 {
-	for _, g := range prev.Status.Groups {
-		if g.Name == group {
-			return g.Order
-		}
-	}
-	return 0
 }
 
 func (r *Reconciler) deleteSequence(ctx context.Context, s *wavev1.Sequence) error {

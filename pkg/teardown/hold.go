@@ -73,6 +73,10 @@ type Namespaces interface {
 type Result struct {
 	Terminating map[string]int32
 	Held        map[string]int32
+	// Owned counts the objects a controller made that hold the groups before theirs (holds), not
+	// being deleted; Orders are the group orders of the groups the hold counted objects of.
+	Owned  map[string]int32
+	Orders map[string]int32
 	// Resources are the kinds of each group's objects (members and terminating ones), as
 	// members.ResourceString writes them.
 	Resources map[string][]string
@@ -94,7 +98,7 @@ type resolvedObject struct {
 // teardown off, or the labels no longer name a valid group. An object it fails to release or to
 // decide on does not stop the others: the errors are returned together, and the caller retries.
 func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc Namespaces) (*Result, error) {
-	out := &Result{Terminating: map[string]int32{}, Held: map[string]int32{}, Resources: map[string][]string{}}
+	out := &Result{Terminating: map[string]int32{}, Held: map[string]int32{}, Owned: map[string]int32{}, Orders: map[string]int32{}, Resources: map[string][]string{}}
 	var errs []error
 	resources := map[string]map[string]bool{}
 	defer func() {
@@ -117,8 +121,12 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			resources[res.Group] = map[string]bool{}
 		}
 		resources[res.Group][members.ResourceString(o.Kind.GVR)] = true
-		if o.GetDeletionTimestamp() != nil {
+		out.Orders[res.Group] = res.GroupOrder
+		switch {
+		case o.GetDeletionTimestamp() != nil:
 			out.Terminating[res.Group]++
+		case !members.IsMember(o):
+			out.Owned[res.Group]++
 		}
 	}
 	// all are the sequence's objects whose labels resolve; stamped, those whose labels name a group

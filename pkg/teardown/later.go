@@ -35,7 +35,7 @@ func (s *LaterStore) Observe(seq string, obj *wavev1.Sequence) {
 	}
 	var counts []groupCount
 	for _, g := range obj.Status.Groups {
-		if n := g.Members + g.Terminating; n > 0 {
+		if n := g.Members + g.Terminating + g.Owned; n > 0 {
 			counts = append(counts, groupCount{g.Name, g.Order, n, g.Resources})
 		}
 	}

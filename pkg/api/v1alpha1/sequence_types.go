@@ -56,6 +56,11 @@ type GroupStatus struct {
 	// Held counts deleted objects of this group that teardown holds until later groups are gone.
 	// +optional
 	Held int32 `json:"held,omitempty"`
+	// Owned counts objects of this group that a controller made (an operator's child resources)
+	// and that carry a finalizer, not being deleted (those count in Terminating): no members, they
+	// hold the groups before this one as members do.
+	// +optional
+	Owned int32 `json:"owned,omitempty"`
 	// Resources are the kinds of the group's objects (members and those being deleted), as
 	// <group>/<version>/<resource> ("v1/configmaps" for the core group): the DELETE check of
 	// ordered teardown confirms on a consistent read of these that a later group still has objects

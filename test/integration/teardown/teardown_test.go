@@ -166,6 +166,40 @@ func TestForegroundDeletionIsRefusedWhileLaterGroupsExist(t *testing.T) {
 	g.Eventually(a.operatorExists).WithTimeout(timeout).Should(BeFalse())
 }
 
+// TestForegroundDeletionWaitsForOwnedObjects: group instances has no member of its own, only a
+// Widget that an unlabeled Widget owns (an operator's child resource, with its finalizer). It holds
+// the operator as a member would: the Sequence status counts it, so the DELETE check refuses the
+// operator's foreground deletion instead of letting the garbage collector stop the operator first.
+func TestForegroundDeletionWaitsForOwnedObjects(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := install(t, namespace(t, true), 0, nil)
+	parent, err := dyn.Resource(widgets).Namespace(a.ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": "parent", "namespace": a.ns}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	child := widget(a.ns, "child", map[string]any{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"})
+	child.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: "parent", UID: parent.GetUID(), Controller: ptr.To(true)}})
+	child, err = dyn.Resource(widgets).Namespace(a.ns).Create(ctx, child, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	a.widgets = append(a.widgets, child) // unstuck at the end
+	t.Cleanup(func() { a.unstick(t) })
+	g.Eventually(func(g Gomega) []wavev1.GroupStatus {
+		s := &wavev1.Sequence{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s)).To(Succeed())
+		return s.Status.Groups
+	}).WithTimeout(timeout).Should(ContainElement(And(HaveField("Name", "instances"), HaveField("Order", int32(2)), HaveField("Owned", int32(1)))))
+
+	err = env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))
+	g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring(`is deleted after group(s) instances (1 objects remain)`))
+
+	g.Expect(dyn.Resource(widgets).Namespace(a.ns).Delete(ctx, "child", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(a.widgetsLeft).WithTimeout(timeout).Should(Equal(1), "the child was not finalized") // the parent stays
+	g.Eventually(func() error {
+		return env.Client.Delete(ctx, a.operator, client.PropagationPolicy(metav1.DeletePropagationForeground))
+	}).WithTimeout(timeout).Should(Succeed())
+}
+
 // staleLater is a Sequence status that has not caught up: it says one Widget of group instances
 // remains, whatever the API server holds.
 type staleLater struct{}
