@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/readiness"
 )
 
@@ -36,18 +37,6 @@ func (i Inversion) Message() string {
 		i.DependencyGroup, i.DependencyKind, i.DependencyName, i.MemberGroup, i.Member.Kind, i.Member.Name, i.DependencyGroup)
 }
 
-// podSpecPaths are the kinds whose pods wavegate can see the references of, and where their pod
-// spec is.
-var podSpecPaths = map[schema.GroupKind][]string{
-	{Group: "apps", Kind: "Deployment"}:  {"spec", "template", "spec"},
-	{Group: "apps", Kind: "StatefulSet"}: {"spec", "template", "spec"},
-	{Group: "apps", Kind: "DaemonSet"}:   {"spec", "template", "spec"},
-	{Group: "apps", Kind: "ReplicaSet"}:  {"spec", "template", "spec"},
-	{Group: "batch", Kind: "Job"}:        {"spec", "template", "spec"},
-	{Group: "batch", Kind: "CronJob"}:    {"spec", "jobTemplate", "spec", "template", "spec"},
-	{Kind: "Pod"}:                        {"spec"},
-}
-
 type objectRef struct {
 	kind, namespace, name string
 }
@@ -56,7 +45,7 @@ type objectRef struct {
 // and Secrets they mount or read, and their ServiceAccount. Secrets are listed although wavegate
 // never reads them: a Secret is never a member it tracks.
 func podReferences(gk schema.GroupKind, u *unstructured.Unstructured) map[objectRef]string {
-	path, ok := podSpecPaths[gk]
+	path, ok := members.PodSpecPath(gk)
 	if !ok {
 		return nil
 	}

@@ -263,8 +263,9 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 	freshMembers func() ([]members.MetaObject, error)) (bool, string, time.Duration, error) {
 	var remaining []string
 	groups := map[string]int{}
+	mounted := mountedClaims(o.Object)
 	for _, l := range all {
-		if l.res.GroupOrder > o.res.GroupOrder {
+		if l.res.GroupOrder > o.res.GroupOrder && !mounted.has(l.Kind.GVR, l) {
 			groups[l.res.Group]++
 			remaining = append(remaining, l.Kind.GVK.Kind+"/"+l.GetName())
 		}
@@ -287,7 +288,7 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 				continue
 			}
 			// Placed as the cache's objects are, stamped ones and owned ones included.
-			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil {
+			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil && !mounted.has(f.Kind.GVR, f) {
 				placed = append(placed, placedObject{f, res})
 			}
 		}
@@ -493,6 +494,57 @@ func holds(o metav1.Object) bool {
 		return false
 	}
 	return slices.ContainsFunc(o.GetFinalizers(), func(f string) bool { return f != keys.TeardownFinalizer })
+}
+
+// claimSet is the claims a held workload's pods mount: by name, and by the name prefix of those its
+// volumeClaimTemplates make (a StatefulSet's, <template>-<statefulset>-<ordinal>).
+type claimSet struct {
+	namespace string
+	names     map[string]bool
+	prefixes  []string
+}
+
+// mountedClaims returns the claims the pods of a workload mount. A later group's claim among them
+// does not hold the workload: its pvc-protection finalizer waits for the pods, which the garbage
+// collector deletes only once the workload is gone (background deletion), so holding the workload
+// for the claim would hold both for good.
+func mountedClaims(o members.Object) claimSet {
+	out := claimSet{namespace: o.GetNamespace()}
+	path, ok := members.PodSpecPath(o.Kind.GVK.GroupKind())
+	if !ok {
+		return out
+	}
+	volumes, _, _ := unstructured.NestedSlice(o.Object, append(slices.Clip(path), "volumes")...)
+	for _, v := range volumes {
+		if name, _, _ := unstructured.NestedString(asMap(v), "persistentVolumeClaim", "claimName"); name != "" {
+			if out.names == nil {
+				out.names = map[string]bool{}
+			}
+			out.names[name] = true
+		}
+	}
+	if o.Kind.GVK.GroupKind() == (schema.GroupKind{Group: "apps", Kind: "StatefulSet"}) {
+		templates, _, _ := unstructured.NestedSlice(o.Object, "spec", "volumeClaimTemplates")
+		for _, t := range templates {
+			if name, _, _ := unstructured.NestedString(asMap(t), "metadata", "name"); name != "" {
+				out.prefixes = append(out.prefixes, name+"-"+o.GetName()+"-")
+			}
+		}
+	}
+	return out
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// has reports whether an object (of resource gvr) is one of the claims.
+func (c claimSet) has(gvr schema.GroupVersionResource, o metav1.Object) bool {
+	if gvr != claimsGVR || o.GetNamespace() != c.namespace {
+		return false
+	}
+	return c.names[o.GetName()] || slices.ContainsFunc(c.prefixes, func(p string) bool { return strings.HasPrefix(o.GetName(), p) })
 }
 
 // placedObject is an object of a sequence and where teardown places it.

@@ -227,3 +227,65 @@ func TestObjectsWhoseGroupStopsResolvingStillHold(t *testing.T) {
 		}
 	}
 }
+
+// TestLaterClaimsTheHeldWorkloadMountsDoNotHoldIt: a deleted workload of group 1 whose pods mount a
+// claim of group 2 is not held for that claim: the claim's pvc-protection finalizer waits for the
+// pods, which the garbage collector deletes only once the workload is gone. Any other later object,
+// a claim the pods do not mount among them, still holds it.
+func TestLaterClaimsTheHeldWorkloadMountsDoNotHoldIt(t *testing.T) {
+	deployments := members.Kind{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
+		GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, Namespaced: true}
+	statefulSets := members.Kind{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"},
+		GVK: schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, Namespaced: true}
+	claims := members.Kind{GVR: claimsGVR, GVK: schema.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}, Namespaced: true}
+	earlier := map[string]string{keys.GroupLabel: "backup", keys.GroupOrderLabel: "1"}
+	later := map[string]string{keys.GroupLabel: "data", keys.GroupOrderLabel: "2"}
+	object := func(kind members.Kind, name string, labels map[string]string, deleted bool) *unstructured.Unstructured {
+		u := configMap(name, labels, nil, deleted)
+		u.SetAPIVersion(kind.GVK.GroupVersion().String())
+		u.SetKind(kind.GVK.Kind)
+		return u
+	}
+	workload := func(kind members.Kind, spec map[string]any) *unstructured.Unstructured {
+		u := object(kind, "backup", earlier, true)
+		u.Object["spec"] = spec
+		return u
+	}
+	mounts := func(claim string) map[string]any {
+		return map[string]any{"template": map[string]any{"spec": map[string]any{"volumes": []any{
+			map[string]any{"name": "tmp", "emptyDir": map[string]any{}},
+			map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": claim}}}}}}
+	}
+	cases := map[string]struct {
+		kind     members.Kind
+		spec     map[string]any
+		claim    string
+		wantHeld bool
+	}{
+		"a Deployment mounting the claim":                 {deployments, mounts("data"), "data", false},
+		"a Deployment mounting another claim":             {deployments, mounts("scratch"), "data", true},
+		"a StatefulSet's claim from its template":         {statefulSets, map[string]any{"volumeClaimTemplates": []any{map[string]any{"metadata": map[string]any{"name": "data"}}}}, "data-backup-0", false},
+		"another StatefulSet's claim of the same template": {statefulSets, map[string]any{"volumeClaimTemplates": []any{map[string]any{"metadata": map[string]any{"name": "data"}}}}, "data-backupx-0", true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			held, claim := workload(tc.kind, tc.spec), object(claims, tc.claim, later, false)
+			objs := []members.Object{{Kind: tc.kind, Unstructured: held.DeepCopy()}, {Kind: claims, Unstructured: claim.DeepCopy()}}
+			dyn := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), held.DeepCopy(), claim.DeepCopy())
+			shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{keys.EnabledLabel: "true"}}}
+			// The consistent read finds nothing (the tracker tracks no kind here).
+			h := &Holder{Client: fake.NewClientBuilder().WithObjects(shop).Build(),
+				Tracker: &members.Tracker{Dynamic: dyn, GroupLabels: func() []string { return []string{keys.GroupLabel} }}}
+			if _, err := h.Reconcile(context.Background(), "shop", objs, policy.Compile(nil), allOptedIn{}); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := dyn.Resource(tc.kind.GVR).Namespace("shop").Get(context.Background(), "backup", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := HasFinalizer(cur); got != tc.wantHeld {
+				t.Errorf("held = %v, want %v", got, tc.wantHeld)
+			}
+		})
+	}
+}

@@ -328,71 +328,11 @@ func reinstallWebhooks(t *testing.T) {
 // groups are gone, neither would ever go, nor the namespace.
 func TestNamespaceDeletionWithAPodOnALaterGroupsClaim(t *testing.T) {
 	t.Parallel()
-	g := NewWithT(t)
-	ctx := context.Background()
 	ns := "td-claim"
-	applyYAML(t, fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: %[1]s-0}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  hostPath: {path: /mnt/%[1]s-0}
-  claimRef: {namespace: %[1]s, name: data}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: operator
-  namespace: %[1]s
-  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
-spec:
-  selector: {matchLabels: {app: operator}}
-  template:
-    metadata: {labels: {app: operator}}
-    spec:
-      containers: [{name: c, image: operator}]
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: data
-  namespace: %[1]s
-  labels: {wavegate.io/group: data, wavegate.io/group-order: "2"}
-spec:
-  storageClassName: ""
-  volumeName: %[1]s-0
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: backup, namespace: %[1]s}
-spec:
-  selector: {matchLabels: {app: backup}}
-  template:
-    metadata: {labels: {app: backup}}
-    spec:
-      containers: [{name: c, image: backup, volumeMounts: [{name: data, mountPath: /data}]}]
-      volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
-`, ns))
+	applyYAML(t, claimApp(ns, ""))
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "pv", ns+"-0", "--wait=false").Run() })
 	waitSummary(t, ns, "operator 1/1 Released, data 1/1 Released")
-	g.Eventually(func() error {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=backup"})
-		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("the backup pod is not running: %v", err)
-		}
-		return nil
-	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
-	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(pvc.Finalizers).To(ContainElement("kubernetes.io/pvc-protection"), "nothing would keep the claim for its pod")
+	waitBackupMounts(t, ns)
 	took := deleteNamespaceTimed(t, ns)
 	t.Logf("namespace deletion with a pod of no group on the last group's claim: %s", took.Round(100*time.Millisecond))
 }
@@ -447,4 +387,106 @@ metadata:
 			t.Logf("teardown with a 5 s cleanup of a Widget its parent owns (%s): %s", how, time.Since(start).Round(100*time.Millisecond))
 		})
 	}
+}
+
+// claimApp is an opted-in namespace with claim data (group data, order 2) on a PersistentVolume
+// made for it, and Deployment backup, whose pod mounts the claim, in group backupGroup (order 1),
+// or in no group with a Deployment of group operator (order 1) beside it when backupGroup is "".
+func claimApp(ns, backupGroup string) string {
+	backupLabels, operator := "", ""
+	if backupGroup != "" {
+		backupLabels = fmt.Sprintf("\n  labels: {wavegate.io/group: %s, wavegate.io/group-order: \"1\"}", backupGroup)
+	} else {
+		operator = fmt.Sprintf(`---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: operator
+  namespace: %s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+spec:
+  selector: {matchLabels: {app: operator}}
+  template:
+    metadata: {labels: {app: operator}}
+    spec:
+      containers: [{name: c, image: operator}]
+`, ns)
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s-0}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  hostPath: {path: /mnt/%[1]s-0}
+  claimRef: {namespace: %[1]s, name: data}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+%[3]s---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: %[1]s
+  labels: {wavegate.io/group: data, wavegate.io/group-order: "2"}
+spec:
+  storageClassName: ""
+  volumeName: %[1]s-0
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: backup
+  namespace: %[1]s%[2]s
+spec:
+  selector: {matchLabels: {app: backup}}
+  template:
+    metadata: {labels: {app: backup}}
+    spec:
+      containers: [{name: c, image: backup, volumeMounts: [{name: data, mountPath: /data}]}]
+      volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+`, ns, backupLabels, operator)
+}
+
+// waitBackupMounts waits until the backup pod runs, and checks that its claim carries the
+// pvc-protection finalizer that keeps it while the pod exists.
+func waitBackupMounts(t *testing.T, ns string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Eventually(func() error {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=backup"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("the backup pod is not running: %v", err)
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.Finalizers).To(ContainElement("kubernetes.io/pvc-protection"), "nothing would keep the claim for its pod")
+}
+
+// TestDeletingAWorkloadThatMountsALaterGroupsClaim: Deployment backup (group backup, order 1)
+// mounts claim data (group data, order 2), and `kubectl delete -f` deletes both (background). The
+// claim waits for the pod (the real pvc-protection controller), the pod for the Deployment (the
+// real garbage collector), so if wavegate held the Deployment until the claim were gone, none of
+// them would ever go.
+func TestDeletingAWorkloadThatMountsALaterGroupsClaim(t *testing.T) {
+	t.Parallel()
+	ns := "td-mounts"
+	app := claimApp(ns, "backup")
+	applyYAML(t, app)
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "pv", ns+"-0", "--wait=false").Run() })
+	waitSummary(t, ns, "backup 1/1 Released, data 1/1 Released")
+	waitBackupMounts(t, ns)
+	start := time.Now()
+	docs := strings.Split(app, "---\n")
+	run(t, "delete", "-f", writeTemp(t, strings.Join(docs[2:], "---\n")), "--wait=true", "--timeout=60s") // all but the PV and the namespace
+	t.Logf("kubectl delete -f of a workload and the later group's claim it mounts: %s", time.Since(start).Round(100*time.Millisecond))
+	deleteNamespaceTimed(t, ns)
 }
