@@ -70,7 +70,8 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) admissio
 	return resp
 }
 
-// claims returns the PersistentVolumeClaims a pod mounts by name.
+// claims returns the PersistentVolumeClaims a pod mounts: by name, and its generic ephemeral
+// volumes' (<pod>-<volume>).
 func claims(pod *fastjson.Value, resource schema.GroupResource) []string {
 	if resource != (schema.GroupResource{Resource: "pods"}) {
 		return nil
@@ -79,6 +80,8 @@ func claims(pod *fastjson.Value, resource schema.GroupResource) []string {
 	for _, v := range pod.GetArray("spec", "volumes") {
 		if name := v.GetStringBytes("persistentVolumeClaim", "claimName"); len(name) > 0 {
 			out = append(out, string(name))
+		} else if v.Exists("ephemeral") {
+			out = append(out, string(pod.GetStringBytes("metadata", "name"))+"-"+string(v.GetStringBytes("name")))
 		}
 	}
 	return out

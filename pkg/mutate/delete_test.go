@@ -186,6 +186,7 @@ func TestDeleteCheckNeverHoldsAPodOnALaterGroupsClaim(t *testing.T) {
 	md := metadatafake.NewSimpleMetadataClient(s,
 		meta("example.com/v1", "Widget", "w0", instances), meta("example.com/v1", "Widget", "w1", instances),
 		meta("v1", "PersistentVolumeClaim", "data", instances),
+		meta("v1", "PersistentVolumeClaim", "backup-0-scratch", instances), // an ephemeral volume's claim, labeled by its template
 		meta("v1", "PersistentVolumeClaim", "operator-data", map[string]string{keys.GroupLabel: "operator", keys.GroupOrderLabel: "1"}),
 		meta("v1", "PersistentVolumeClaim", "scratch", map[string]string{"app": "backup"}),
 		meta("v1", "PersistentVolumeClaim", "elsewhere", map[string]string{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2", keys.SequenceLabel: "shop.other"}))
@@ -208,6 +209,8 @@ func TestDeleteCheckNeverHoldsAPodOnALaterGroupsClaim(t *testing.T) {
 		"an earlier group's pod on its own group's claim":  {pod(operator, "operator-data"), true},
 		"a pod of no group on another sequence's claim":    {pod(ungrouped, "elsewhere"), true},
 		"a pod of no group on a claim that does not exist": {pod(ungrouped, "gone"), true},
+		"a pod of no group on a later group's ephemeral claim": {`{"metadata":{"name":"backup-0","labels":` + ungrouped + `},` +
+			`"spec":{"volumes":[{"name":"scratch","ephemeral":{"volumeClaimTemplate":{"spec":{}}}}]}}`, false},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

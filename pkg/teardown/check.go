@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -144,9 +146,13 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 	if err != nil {
 		return "" // fail open
 	}
+	// Every read of one decision shares one deadline, within the webhook's timeout.
+	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	claims := c.claimPlaces(ctx, idx, d, nsLabels)
 	res, errs := resolve.Resolve(resolve.Object{Namespace: d.Namespace, NamespaceLabels: nsLabels, Labels: d.Labels}, idx)
 	if res == nil && len(errs) == 0 && sweep && !d.Foreground {
-		return c.refuseUngrouped(ctx, idx, d)
+		return c.refuseUngrouped(ctx, idx, d, claims)
 	}
 	if res == nil || len(errs) > 0 || !Ordered(res) {
 		return ""
@@ -162,7 +168,7 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 		}
 	}
 	groups, remaining, resources := c.later(ctx, idx, res.Sequence, res.GroupOrder)
-	if remaining == 0 || c.mountsLater(ctx, idx, d, res.Sequence, res.GroupOrder) {
+	if remaining == 0 || mountsLater(claims(), res.Sequence, res.GroupOrder) {
 		return ""
 	}
 	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) {
@@ -191,10 +197,10 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 // refuseUngrouped decides the namespace controller's deletion of an object that belongs to no
 // group: it stays while any of the namespace's own sequences has objects after its earliest group
 // (it goes with that group).
-func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion) string {
+func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion, claims func() []*resolve.Resolution) string {
 	for _, sp := range c.Later.Spanning(d.Namespace) {
 		groups, remaining, resources := c.later(ctx, idx, sp.Sequence, sp.Earliest)
-		if remaining == 0 || sameResource(resources, d.Resource) || c.mountsLater(ctx, idx, d, sp.Sequence, sp.Earliest) {
+		if remaining == 0 || sameResource(resources, d.Resource) || mountsLater(claims(), sp.Sequence, sp.Earliest) {
 			// Nothing later, or the later groups' objects include this kind: refusing it would hold
 			// them too (one collection per kind, deleted in list order up to the first refusal).
 			continue
@@ -226,35 +232,37 @@ func (c *Check) later(ctx context.Context, idx *policy.Index, seq string, order 
 	return live, n, resources
 }
 
-// mountsLater reports whether a pod mounts a claim of a later group than order in sequence seq. Such
-// a pod is never held: the claim's deletion waits for the pod (its pvc-protection finalizer stays
-// while a scheduled pod uses it), so holding the pod until the later groups are gone would hold
-// them, and the pod, for good, and the namespace with them. A claim that cannot be read keeps the
-// refusal (the namespace controller retries).
-func (c *Check) mountsLater(ctx context.Context, idx *policy.Index, d Deletion, seq string, order int32) bool {
-	if len(d.Claims) == 0 || c.Metadata == nil {
-		return false
-	}
-	nsLabels, err := NamespaceLabels(c.Namespaces, idx, d.Namespace)
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
-	defer cancel()
-	for _, name := range d.Claims {
-		claim, err := c.Metadata.Resource(claimsGVR).Namespace(d.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
+// claimPlaces returns where the claims a pod mounts stand (Deletion.Claims), read at most once per
+// decision and only when asked: the claims of no group, or that cannot be read, are left out.
+func (c *Check) claimPlaces(ctx context.Context, idx *policy.Index, d Deletion, nsLabels map[string]string) func() []*resolve.Resolution {
+	return sync.OnceValue(func() []*resolve.Resolution {
+		if c.Metadata == nil {
+			return nil
 		}
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Reading a claim the pod mounts; refusing as if it were not a later group's", "claim", klog.KRef(d.Namespace, name))
-			return false
+		var out []*resolve.Resolution
+		for _, name := range d.Claims {
+			claim, err := c.Metadata.Resource(claimsGVR).Namespace(d.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					// Taken as not a later group's: the deletion is refused, and the namespace controller retries.
+					ctrl.LoggerFrom(ctx).Error(err, "Reading a claim the pod mounts", "claim", klog.KRef(d.Namespace, name))
+				}
+				continue
+			}
+			if res := placeOf(claim, d.Namespace, nsLabels, idx); res != nil {
+				out = append(out, res)
+			}
 		}
-		if res := placeOf(claim, d.Namespace, nsLabels, idx); res != nil && res.Sequence == seq && res.GroupOrder > order {
-			return true
-		}
-	}
-	return false
+		return out
+	})
+}
+
+// mountsLater reports whether a pod mounts a claim of a later group than order in sequence seq
+// (claims: claimPlaces). Such a pod is never held: the claim's deletion waits for the pod (its
+// pvc-protection finalizer stays while a scheduled pod uses it), so holding the pod until the later
+// groups are gone would hold them, and the pod, for good, and the namespace with them.
+func mountsLater(claims []*resolve.Resolution, seq string, order int32) bool {
+	return slices.ContainsFunc(claims, func(res *resolve.Resolution) bool { return res.Sequence == seq && res.GroupOrder > order })
 }
 
 var claimsGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
