@@ -975,13 +975,12 @@ func (t *Tracker) Kinds() []Kind {
 	return out
 }
 
-// FreshMembers lists the members of a sequence straight from the API server with a consistent
-// read, for decisions that must not act on a lagging cache. namespace limits namespaced kinds to
-// one namespace ("" = all). It leaves out the kinds of skip: those the caller found Unavailable when
-// it decided to plan the sequence (the sequence records none of them; their LIST would fail the read
-// of every sequence). Any other kind is read, and one whose LIST fails fails the read: a kind that
-// became unavailable since then may hold the sequence's members.
-//
+// FreshMembers lists the members of a sequence (the objects keep selects) straight from the API
+// server with a consistent read, for decisions that must not act on a lagging cache. namespace
+// limits namespaced kinds to one namespace ("" = all). It leaves out the kinds of skip: those the
+// caller found Unavailable when it decided to plan the sequence (the sequence records none of them;
+// their LIST would fail the read of every sequence). Any other kind is read, and one whose LIST
+// fails fails the read: a kind that became unavailable since then may hold the sequence's members.
 // keep selects the objects: IsMember for the members (teardown also reads objects that are not).
 func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, skip map[schema.GroupVersionResource]string, keep func(metav1.Object) bool) ([]MetaObject, error) {
 	t.mu.RLock()
@@ -1001,9 +1000,10 @@ func (t *Tracker) FreshMembers(ctx context.Context, sequence, namespace string, 
 // re-list may have left it a partial view).
 func (t *Tracker) Generation() uint64 { return t.gen.Load() }
 
-// ListMembers lists the members of a sequence among objects of kinds that carry one of labelKeys,
-// straight from the API server (a consistent read). namespace limits the read to namespaced kinds
-// in that namespace ("" = every kind, everywhere). keep selects the objects (IsMember: the members).
+// ListMembers lists the members of a sequence (the objects keep selects) among objects of kinds
+// that carry one of labelKeys, straight from the API server (a consistent read). namespace limits
+// the read to namespaced kinds in that namespace ("" = every kind, everywhere). keep selects the
+// objects (IsMember: the members).
 func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, labelKeys []string, sequence, namespace string, keep func(metav1.Object) bool) ([]MetaObject, error) {
 	// One LIST per kind and label, a few at a time: the consistent read is on the critical path of
 	// every release, and dozens of kinds read one after the other would add up.
@@ -1047,7 +1047,7 @@ func ListMembers(ctx context.Context, md metadata.Interface, kinds []Kind, label
 // 190-450 ms on the local cluster; 64 at a time, 120-160 ms).
 const freshListConcurrency = 64
 
-// MetaObject is a member's metadata with its kind.
+// MetaObject is a labeled object's metadata (a member's, most often) with its kind.
 type MetaObject struct {
 	Kind Kind
 	*metav1.PartialObjectMetadata

@@ -301,11 +301,15 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 		}
 		kinds = append(kinds, members.Kind{GVR: gvr})
 	}
-	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll, holds)
+	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll, anyObject)
 	if err != nil {
 		return nil, 0, err
 	}
+	// Only the later groups' kinds are read: an earlier member of another kind is not seen, and what
+	// it made counts here (the hold and the status do not count it, so this refuses only while the
+	// status counts other later objects).
 	var placed []placedObject
+	tree := owners{}
 	for _, o := range objs {
 		ns := o.GetNamespace()
 		var nsLabels map[string]string
@@ -317,15 +321,16 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 				continue // the controllers order only opted-in namespaces
 			}
 		}
-		if res := placeOf(o, ns, nsLabels, idx); res != nil && res.Sequence == seq { // as the hold places it
+		res := placeOf(o, ns, nsLabels, idx) // as the hold places it
+		tree.add(o, res)
+		if res != nil && res.Sequence == seq && holds(o) {
 			placed = append(placed, placedObject{o, res})
 		}
 	}
-	orders := memberOrders(placed)
 	groups := map[string]bool{}
 	var n int32
 	for _, p := range placed {
-		if p.res.GroupOrder > order && !ownedByEarlier(p.Object, p.res, orders) {
+		if p.res.GroupOrder > order && !ownedByEarlier(p.Object, p.res, tree) {
 			groups[p.res.Group] = true
 			n++
 		}

@@ -48,9 +48,9 @@ func TestConfirmCountsObjectsWhoseGroupStopsResolving(t *testing.T) {
 
 // TestConfirmCountsOwnedObjectsThatWaitForAFinalizer: an object a controller made (an operator's
 // child resource) is no member, but one that carries someone else's finalizer counts in its group
-// as a member does, unless its controller is a member of an earlier group: that member is held
-// while it exists, and it is deleted only once that member is gone. One without a finalizer goes
-// with its owner and counts for nothing.
+// as a member does, unless it is made by a member of an earlier group (directly, or through objects
+// that are no members): that member is held while it exists, and it is deleted only once that
+// member is gone. One without a finalizer goes with its owner and counts for nothing.
 func TestConfirmCountsOwnedObjectsThatWaitForAFinalizer(t *testing.T) {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	cm := func(name string, order string, owner string, finalizers ...string) runtime.Object {
@@ -72,7 +72,10 @@ func TestConfirmCountsOwnedObjectsThatWaitForAFinalizer(t *testing.T) {
 		cm("child", "2", "resource", "example.com/cleanup"),
 		cm("child-without-finalizer", "2", "resource"),
 		cm("child-with-only-wavegates", "2", "resource", keys.TeardownFinalizer),
-		cm("operators-own", "2", "operator", "example.com/cleanup"))}
+		cm("operators-own", "2", "operator", "example.com/cleanup"),
+		// Made by the operator through an object that is no member (its StatefulSet's claim).
+		cm("operators-statefulset", "1", "operator"),
+		cm("its-claim", "2", "operators-statefulset", "kubernetes.io/pvc-protection"))}
 	groups, n, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
 	if err != nil {
 		t.Fatal(err)

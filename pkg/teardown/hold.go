@@ -44,11 +44,12 @@ const (
 
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
-// Holder is ordered teardown's step of a sequence's reconcile: it holds deleted members until
-// every member of every later group is gone from the API server, deletes declared cleanup objects,
-// forces stuck finalizers where the policy allows, and releases wavegate's finalizer wherever
-// ordering no longer applies. It runs in the sequence controller's reconcile, independently of the
-// creation steps (a failed hold does not stop ungating, nor the other way round).
+// Holder is ordered teardown's step of a sequence's reconcile: it holds deleted members until every
+// object of every later group that holds it (holds) is gone from the API server, deletes declared
+// cleanup objects, forces stuck finalizers where the policy allows, and releases wavegate's
+// finalizer wherever ordering no longer applies. It runs in the sequence controller's reconcile,
+// independently of the creation steps (a failed hold does not stop ungating, nor the other way
+// round).
 type Holder struct {
 	// Client reads Namespaces from the cache.
 	Client   client.Reader
@@ -93,10 +94,11 @@ type resolvedObject struct {
 }
 
 // Reconcile holds the deleted members of a sequence (objs: its members in opted-in namespaces)
-// until every member of every later group is gone from the API server, then removes wavegate's
-// finalizer. It also releases the finalizer wherever ordering no longer applies: the policy turned
-// teardown off, or the labels no longer name a valid group. An object it fails to release or to
-// decide on does not stop the others: the errors are returned together, and the caller retries.
+// until every object of every later group that holds it (holds) is gone from the API server, then
+// removes wavegate's finalizer. It also releases the finalizer wherever ordering no longer applies:
+// the policy turned teardown off, or the labels no longer name a valid group. An object it fails to
+// release or to decide on does not stop the others: the errors are returned together, and the
+// caller retries.
 func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Object, idx *policy.Index, sc Namespaces) (*Result, error) {
 	out := &Result{Terminating: map[string]int32{}, Held: map[string]int32{}, Owned: map[string]int32{}, Orders: map[string]int32{}, Resources: map[string][]string{}}
 	var errs []error
@@ -165,14 +167,20 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 	// owned are the objects a controller made that carry someone else's finalizer (holds): they
 	// hold the groups before theirs as members do, and are counted with their group, but nothing is
 	// decided on them.
-	orders := memberOrders(slices.Concat(all, stamped))
+	tree := owners{}
+	for _, o := range slices.Concat(all, stamped) {
+		tree.add(o, o.res)
+	}
+	for _, o := range nonMembers {
+		tree.add(o, nil)
+	}
 	var owned []resolvedObject
 	for _, o := range nonMembers {
 		ns := o.Kind.NamespaceOf(o)
 		if !holds(o) || !sc.OptedIn(ctx, ns) {
 			continue
 		}
-		if res := placeOf(o, ns, sc.Labels(ctx, ns), idx); res != nil && !ownedByEarlier(o, res, orders) {
+		if res := placeOf(o, ns, sc.Labels(ctx, ns), idx); res != nil && !ownedByEarlier(o, res, tree) {
 			owned = append(owned, resolvedObject{o, res})
 			tally(o, res)
 		}
@@ -185,7 +193,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 		if read {
 			return fresh, nil
 		}
-		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq), r.Unavailable, holds)
+		f, err := r.Tracker.FreshMembers(ctx, seq, idx.MemberNamespace(seq), r.Unavailable, anyObject)
 		if err != nil {
 			return nil, err
 		}
@@ -282,19 +290,21 @@ func (r *Holder) hold(ctx context.Context, o resolvedObject, all []resolvedObjec
 			return false, "", 0, err
 		}
 		placed := make([]placedObject, 0, len(fresh))
+		tree := owners{}
 		for _, f := range fresh {
 			ns := f.Kind.NamespaceOf(f)
 			if !sc.OptedIn(ctx, ns) {
 				continue
 			}
 			// Placed as the cache's objects are, stamped ones and owned ones included.
-			if res := placeOf(f, ns, sc.Labels(ctx, ns), idx); res != nil && !mounted.has(f.Kind.GVR, f) {
+			res := placeOf(f, ns, sc.Labels(ctx, ns), idx)
+			tree.add(f, res)
+			if res != nil && holds(f) && !mounted.has(f.Kind.GVR, f) {
 				placed = append(placed, placedObject{f, res})
 			}
 		}
-		orders := memberOrders(placed)
 		for _, p := range placed {
-			if p.res.GroupOrder > o.res.GroupOrder && !ownedByEarlier(p.Object, p.res, orders) {
+			if p.res.GroupOrder > o.res.GroupOrder && !ownedByEarlier(p.Object, p.res, tree) {
 				return true, "", time.Second, nil
 			}
 		}
@@ -547,39 +557,62 @@ func (c claimSet) has(gvr schema.GroupVersionResource, o metav1.Object) bool {
 	return c.names[o.GetName()] || slices.ContainsFunc(c.prefixes, func(p string) bool { return strings.HasPrefix(o.GetName(), p) })
 }
 
+// anyObject keeps every object of a consistent read: which hold is decided on all of them (owners).
+func anyObject(metav1.Object) bool { return true }
+
 // placedObject is an object of a sequence and where teardown places it.
 type placedObject struct {
 	metav1.Object
 	res *resolve.Resolution
 }
 
-// memberOrders returns the group order of each member by UID.
-func memberOrders[T interface {
-	metav1.Object
-	order() int32
-}](objs []T) map[types.UID]int32 {
-	out := make(map[types.UID]int32, len(objs))
-	for _, o := range objs {
-		if members.IsMember(o) {
-			out[o.GetUID()] = o.order()
-		}
-	}
-	return out
+// owners are a sequence's objects by UID, as ownedByEarlier needs them: a member's group order, or
+// the controller of an object that is no member.
+type owners map[types.UID]owner
+
+type owner struct {
+	member     bool
+	order      int32
+	controller types.UID
 }
 
-func (p placedObject) order() int32   { return p.res.GroupOrder }
-func (o resolvedObject) order() int32 { return o.res.GroupOrder }
+// add records an object; res is where a member stands (nil: not placed, or no member).
+func (m owners) add(o metav1.Object, res *resolve.Resolution) {
+	if members.IsMember(o) {
+		if res != nil {
+			m[o.GetUID()] = owner{member: true, order: res.GroupOrder}
+		}
+		return
+	}
+	if c := metav1.GetControllerOfNoCopy(o); c != nil {
+		m[o.GetUID()] = owner{controller: c.UID}
+	}
+}
 
-// ownedByEarlier reports whether an object that is no member is owned by a member of an earlier
-// group (orders, by UID). It holds nothing: its controller is held while it exists, and it is
-// deleted only once its controller is gone, a cycle.
-func ownedByEarlier(o metav1.Object, res *resolve.Resolution, orders map[types.UID]int32) bool {
+// maxOwnerChain bounds the controllers followed up from an object (ownerReferences may loop).
+const maxOwnerChain = 16
+
+// ownedByEarlier reports whether an object that is no member is made, through the controllers the
+// sequence's objects show (an operator's StatefulSet between a custom resource and its claims), by
+// a member of an earlier group. It holds nothing: that member is held while it exists, and the
+// object is deleted only once that member is gone, a cycle.
+func ownedByEarlier(o metav1.Object, res *resolve.Resolution, m owners) bool {
 	c := metav1.GetControllerOfNoCopy(o)
 	if c == nil {
 		return false
 	}
-	order, ok := orders[c.UID]
-	return ok && order < res.GroupOrder
+	uid := c.UID
+	for range maxOwnerChain {
+		n, ok := m[uid]
+		switch {
+		case !ok:
+			return false
+		case n.member:
+			return n.order < res.GroupOrder
+		}
+		uid = n.controller
+	}
+	return false
 }
 
 // HasFinalizer reports whether an object carries wavegate's teardown finalizer.

@@ -262,9 +262,9 @@ func TestLaterClaimsTheHeldWorkloadMountsDoNotHoldIt(t *testing.T) {
 		claim    string
 		wantHeld bool
 	}{
-		"a Deployment mounting the claim":                 {deployments, mounts("data"), "data", false},
-		"a Deployment mounting another claim":             {deployments, mounts("scratch"), "data", true},
-		"a StatefulSet's claim from its template":         {statefulSets, map[string]any{"volumeClaimTemplates": []any{map[string]any{"metadata": map[string]any{"name": "data"}}}}, "data-backup-0", false},
+		"a Deployment mounting the claim":                  {deployments, mounts("data"), "data", false},
+		"a Deployment mounting another claim":              {deployments, mounts("scratch"), "data", true},
+		"a StatefulSet's claim from its template":          {statefulSets, map[string]any{"volumeClaimTemplates": []any{map[string]any{"metadata": map[string]any{"name": "data"}}}}, "data-backup-0", false},
 		"another StatefulSet's claim of the same template": {statefulSets, map[string]any{"volumeClaimTemplates": []any{map[string]any{"metadata": map[string]any{"name": "data"}}}}, "data-backupx-0", true},
 	}
 	for name, tc := range cases {
