@@ -98,6 +98,15 @@ const (
 	NameLabel      = "app.kubernetes.io/name"
 	// NamespaceControllerUser is kube-controller-manager's namespace controller.
 	NamespaceControllerUser = "system:serviceaccount:kube-system:namespace-controller"
+	// StatefulSetControllerUser is kube-controller-manager's StatefulSet controller (per-controller
+	// credentials); KubeControllerManagerUser is kube-controller-manager without them.
+	StatefulSetControllerUser = "system:serviceaccount:kube-system:statefulset-controller"
+	KubeControllerManagerUser = "system:kube-controller-manager"
+	// ClaimTemplateAnnotation marks a claim that a StatefulSet's volumeClaimTemplates made (admission
+	// sets it when kube-controller-manager creates a claim no controller owns): it is no member,
+	// and holds nothing. The StatefulSet keeps it when it goes (its persistentVolumeClaimRetentionPolicy
+	// Retain), so as a member it would hold the groups before its own for good.
+	ClaimTemplateAnnotation = "wavegate.io/volume-claim-template"
 )
 
 // TemplateHashLabels lists the template labels in the order they are read for a pod of a

@@ -935,13 +935,22 @@ func (t *Tracker) objects(sequence string, keep func(metav1.Object) bool) []Obje
 	return out
 }
 
-// IsMember reports whether a labeled object is a group member in its own right.
+// IsMember reports whether a labeled object is a group member in its own right: not made by a
+// controller (one that owns it, or a StatefulSet for its volumeClaimTemplates: ClaimTemplate), not
+// a wait Job.
 func IsMember(o metav1.Object) bool {
-	if metav1.GetControllerOfNoCopy(o) != nil {
+	if metav1.GetControllerOfNoCopy(o) != nil || ClaimTemplate(o) {
 		return false
 	}
 	_, waitJob := o.GetLabels()[keys.WaitJobLabel]
 	return !waitJob
+}
+
+// ClaimTemplate reports whether an object is a claim that a StatefulSet's volumeClaimTemplates made
+// (keys.ClaimTemplateAnnotation).
+func ClaimTemplate(o metav1.Object) bool {
+	_, ok := o.GetAnnotations()[keys.ClaimTemplateAnnotation]
+	return ok
 }
 
 // SequencesIn returns the sequences that tracked objects of a namespace belong to: what to

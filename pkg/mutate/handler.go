@@ -76,6 +76,8 @@ type Request struct {
 	// TemplateFixed is true when the UPDATE may not change the object's pod template: a Job's is
 	// immutable unless the Job is suspended and has never started.
 	TemplateFixed bool
+	// User is the requester's user name.
+	User string
 }
 
 var (
@@ -127,14 +129,21 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 
 	var warnings []string
 	// A member in its own right (not a pod, not an object a controller made from a member's
-	// template) is ordered only if the member tracker can see it.
-	member := req.GroupKind != podGroupKind && obj.Controller == ""
+	// template, not a claim a StatefulSet made) is ordered only if the member tracker can see it.
+	_, claimOfTemplate := obj.Annotations[keys.ClaimTemplateAnnotation]
+	if madeForStatefulSet(obj, req) {
+		claimOfTemplate = true
+	}
+	member := req.GroupKind != podGroupKind && obj.Controller == "" && !claimOfTemplate
 	if member && (req.Create || req.OldLabels != nil && !maps.Equal(req.OldLabels, obj.Labels)) {
 		if w := untracked(req, res); w != "" {
 			warnings = append(warnings, w)
 		}
 	}
 	want := resolve.Annotations(res)
+	if claimOfTemplate {
+		want[keys.ClaimTemplateAnnotation] = "true"
+	}
 	wave := want[keys.ResolvedWaveAnnotation]
 	have := obj.Annotations
 	if cur, ok := have[keys.ArgoCDSyncWaveAnnotation]; ok && cur != wave && cur != have[keys.ResolvedWaveAnnotation] {
@@ -205,6 +214,17 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 	}
 	return admission.Patched("", ops...).WithWarnings(warnings...)
 }
+
+// madeForStatefulSet reports whether a request creates a claim for a StatefulSet's
+// volumeClaimTemplates: kube-controller-manager creates it, and no controller owns it (one that
+// the StatefulSet deletes with itself, persistentVolumeClaimRetentionPolicy Delete, is owned, and so
+// is a generic ephemeral volume's).
+func madeForStatefulSet(obj *partialObject, req Request) bool {
+	return req.Create && req.Resource == claimsResource && obj.Controller == "" &&
+		(req.User == keys.StatefulSetControllerUser || req.User == keys.KubeControllerManagerUser)
+}
+
+var claimsResource = schema.GroupResource{Resource: "persistentvolumeclaims"}
 
 // mayFinalize reports whether a wavegate controller could remove the teardown finalizer from an
 // object of the request's resource: the manager may patch it, and the member tracker tracks it

@@ -32,6 +32,7 @@ var (
 	jobGK        = schema.GroupKind{Group: "batch", Kind: "Job"}
 	configMapGK  = schema.GroupKind{Kind: "ConfigMap"}
 	podGK        = schema.GroupKind{Kind: "Pod"}
+	claimGK      = schema.GroupKind{Kind: "PersistentVolumeClaim"}
 )
 
 func meta(labels, annotations map[string]string) metav1.ObjectMeta {
@@ -465,7 +466,11 @@ func TestTeardownFinalizer(t *testing.T) {
 		gk    schema.GroupKind
 		perms PermissionSource
 		idx   *policy.Index
-		want  []string
+		// user creates the object (nil: an update by anyone).
+		user *string
+		want []string
+		// wantClaimTemplate: the object is marked a claim a StatefulSet's template made.
+		wantClaimTemplate bool
 	}{
 		"added when the manager may patch, list and watch the kind": {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK, perms: everything,
 			want: []string{keys.TeardownFinalizer}},
@@ -483,18 +488,34 @@ func TestTeardownFinalizer(t *testing.T) {
 		"never without a permission source":                        {obj: &corev1.ConfigMap{ObjectMeta: meta(member, nil)}, gk: configMapGK},
 		"never on pods":                                            {obj: &corev1.Pod{ObjectMeta: meta(member, nil)}, gk: podGK, perms: everything},
 		"never when the policy turns teardown off":                 {obj: &corev1.ConfigMap{ObjectMeta: meta(map[string]string{keys.GroupLabel: "db"}, nil)}, gk: configMapGK, perms: everything, idx: off},
+		// The StatefulSet keeps such a claim when it goes (Retain): a member, it would hold the
+		// groups before its own for good.
+		"never on a claim a StatefulSet's template made": {obj: &corev1.PersistentVolumeClaim{ObjectMeta: meta(member, nil)}, gk: claimGK, perms: everything,
+			user: ptr.To(keys.StatefulSetControllerUser), wantClaimTemplate: true},
+		"nor by kube-controller-manager without per-controller credentials": {obj: &corev1.PersistentVolumeClaim{ObjectMeta: meta(member, nil)}, gk: claimGK, perms: everything,
+			user: ptr.To(keys.KubeControllerManagerUser), wantClaimTemplate: true},
+		"added to a claim someone else creates": {obj: &corev1.PersistentVolumeClaim{ObjectMeta: meta(member, nil)}, gk: claimGK, perms: everything,
+			user: ptr.To("alice"), want: []string{keys.TeardownFinalizer}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			raw, _ := json.Marshal(tc.obj)
 			req := Request{GroupKind: tc.gk, Namespace: "shop", Permissions: tc.perms, Gates: nil}
+			if tc.user != nil {
+				req.Create, req.User = true, *tc.user
+				req.Resource = schema.GroupResource{Resource: strings.ToLower(tc.gk.Kind) + "s"}
+			}
 			resp := Mutate(parse(t, raw, tc.gk), req, tc.idx)
 			out := applied(t, raw, resp)
 			o := parse(t, out, tc.gk)
 			if diff := cmp.Diff(tc.want, o.Finalizers); diff != "" {
 				t.Errorf("finalizers (-want,+got):\n%s", diff)
 			}
-			// Idempotent: a second pass adds nothing more.
+			if _, got := o.Annotations[keys.ClaimTemplateAnnotation]; got != tc.wantClaimTemplate {
+				t.Errorf("marked a claim of a StatefulSet's template: %v, want %v", got, tc.wantClaimTemplate)
+			}
+			// Idempotent: a second pass (an update by anyone) adds nothing more.
+			req.Create, req.User = false, "alice"
 			again := Mutate(o, req, tc.idx)
 			for _, op := range again.Patches {
 				if strings.HasPrefix(op.Path, "/metadata/finalizers") {

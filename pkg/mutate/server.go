@@ -195,7 +195,8 @@ func (s *Server) review(req *fastjson.Value) admission.Response {
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("reading namespace %s: %w; retry", namespace, err))
 	}
 	resp := Mutate(obj, Request{GroupKind: gk, Resource: resource, Namespace: namespace, NamespaceLabels: nsLabels,
-		Create: op == string(admissionv1.Create), OldLabels: oldLabels, TemplateFixed: templateFixed, Gates: s.Gates, Permissions: s.Permissions}, idx)
+		Create: op == string(admissionv1.Create), OldLabels: oldLabels, TemplateFixed: templateFixed, Gates: s.Gates, Permissions: s.Permissions,
+		User: string(req.GetStringBytes("userInfo", "username"))}, idx)
 	if !resp.Allowed {
 		ctrl.Log.V(1).Info("Denied", "kind", gk.Kind, "object", klog.KRef(namespace, name), "reason", resp.Result.Message)
 	}

@@ -500,7 +500,9 @@ func holds(o metav1.Object) bool {
 	if members.IsMember(o) {
 		return true
 	}
-	if _, waitJob := o.GetLabels()[keys.WaitJobLabel]; waitJob {
+	if _, waitJob := o.GetLabels()[keys.WaitJobLabel]; waitJob || members.ClaimTemplate(o) {
+		// A StatefulSet's claim waits for nobody's controller (pvc-protection is the kubelet's and
+		// kube-controller-manager's), and stays when the StatefulSet goes (Retain).
 		return false
 	}
 	return slices.ContainsFunc(o.GetFinalizers(), func(f string) bool { return f != keys.TeardownFinalizer })

@@ -490,3 +490,87 @@ func TestDeletingAWorkloadThatMountsALaterGroupsClaim(t *testing.T) {
 	t.Logf("kubectl delete -f of a workload and the later group's claim it mounts: %s", time.Since(start).Round(100*time.Millisecond))
 	deleteNamespaceTimed(t, ns)
 }
+
+// TestClaimsAStatefulSetKeepsHoldNothing: a StatefulSet of group data (order 2) whose
+// volumeClaimTemplates carry the group's labels (kustomize's commonLabels put them there, and many
+// charts do), and a Deployment of group operator (order 1). The real StatefulSet controller
+// creates claim data-db-0 with those labels and keeps it when the StatefulSet goes (its retention
+// policy, Retain by default): as a member it would hold the operator for good, and `kubectl delete
+// -f` of the app would never end. It is no member: admission marks it as a template's claim.
+func TestClaimsAStatefulSetKeepsHoldNothing(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := "td-retained"
+	objects := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: operator
+  namespace: %[1]s
+  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
+spec:
+  selector: {matchLabels: {app: operator}}
+  template:
+    metadata: {labels: {app: operator}}
+    spec:
+      containers: [{name: c, image: operator}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+  namespace: %[1]s
+  labels: {wavegate.io/group: data, wavegate.io/group-order: "2"}
+spec:
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: db, volumeMounts: [{name: data, mountPath: /data}]}]
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+      labels: {wavegate.io/group: data, wavegate.io/group-order: "2"}
+    spec:
+      storageClassName: ""
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+`, ns)
+	applyYAML(t, fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s-0}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  hostPath: {path: /mnt/%[1]s-0}
+  claimRef: {namespace: %[1]s, name: data-db-0}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+---
+%[2]s`, ns, objects))
+	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "pv", ns+"-0", "--wait=false").Run() })
+	g.Eventually(func() error {
+		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
+		if err != nil || pod.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("db-0 is not running: %v", err)
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(claim.Labels).To(HaveKeyWithValue(keys.GroupLabel, "data"))
+	g.Expect(claim.Annotations).To(HaveKey(keys.ClaimTemplateAnnotation))
+	g.Expect(claim.Finalizers).NotTo(ContainElement(keys.TeardownFinalizer))
+	waitSummary(t, ns, "operator 1/1 Released, data 1/1 Released")
+
+	start := time.Now()
+	run(t, "delete", "-f", writeTemp(t, objects), "--wait=true", "--timeout=60s")
+	t.Logf("kubectl delete -f of an operator and a StatefulSet whose claim stays: %s", time.Since(start).Round(100*time.Millisecond))
+	_, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the StatefulSet's claim is retained")
+	deleteNamespaceTimed(t, ns)
+}
