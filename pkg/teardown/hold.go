@@ -185,6 +185,9 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			tally(o, res)
 		}
 	}
+	if err := r.freeLaterClaims(ctx, seq, all, idx, sc); err != nil {
+		errs = append(errs, err)
+	}
 	// The consistent read that confirms a release is made once per pass and shared by the objects it
 	// releases: it is made after the cache's view that every one of them was checked against.
 	var fresh []members.MetaObject

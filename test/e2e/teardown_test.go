@@ -391,17 +391,20 @@ metadata:
 
 // claimApp is an opted-in namespace with claim data (group data, order 2) on a PersistentVolume
 // made for it, and Deployment backup, whose pod mounts the claim, in group backupGroup (order 1),
-// or in no group with a Deployment of group operator (order 1) beside it when backupGroup is "".
+// or in no group with a Deployment a-operator of group operator (order 1) beside it when
+// backupGroup is "".
 func claimApp(ns, backupGroup string) string {
 	backupLabels, operator := "", ""
 	if backupGroup != "" {
 		backupLabels = fmt.Sprintf("\n  labels: {wavegate.io/group: %s, wavegate.io/group-order: \"1\"}", backupGroup)
 	} else {
+		// Named so that its pods come first: the namespace controller deletes pods as one
+		// collection in name order, and stops at the first it is refused (the operator's).
 		operator = fmt.Sprintf(`---
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: operator
+  name: a-operator
   namespace: %s
   labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
 spec:

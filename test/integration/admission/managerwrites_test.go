@@ -231,3 +231,24 @@ func clusterWide(t *testing.T, g Gomega, mgr client.Client, tenant string) {
 		}
 	}
 }
+
+// TestManagerDeletesPodsOnlyInNamespacesBeingDeleted: the manager may delete pods (one that holds a
+// later group's claim, in a namespace being deleted, would hold it for good), and the admission
+// policy keeps it to namespaces being deleted.
+func TestManagerDeletesPodsOnlyInNamespacesBeingDeleted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	mgr := asManager(g)
+	pod := func(ns string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "backup", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "backup"}}}}
+		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+		return p
+	}
+	live, deleting := pod(namespace(t, false)), pod(namespace(t, false))
+	g.Eventually(func() error { return mgr.Delete(ctx, live) }).WithTimeout(10 * time.Second).
+		Should(MatchError(ContainSubstring("may delete pods only in namespaces being deleted, not in " + live.Namespace)))
+	// envtest runs no namespace controller: the namespace stays Terminating, its pod with it.
+	g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deleting.Namespace}})).To(Succeed())
+	g.Expect(mgr.Delete(ctx, deleting)).To(Succeed())
+}
