@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,13 +121,20 @@ func TestWidgetsAWidgetOwnsHoldTheOperator(t *testing.T) {
 // TestNamespaceDeletion deletes the namespace as the namespace controller does: every namespaced
 // collection at once, the operator's pods and ReplicaSet included. The strict operator works only
 // while its pod runs and is not terminating, so the Widgets are finalized only if wavegate keeps
-// the pod, and what the operator needs (its ServiceAccount, in no group here); the refusals say
-// what they wait for (the namespace controller reports them in the namespace's status).
+// the pod, and what the operator needs (its ServiceAccount, in no group here, and its webhook's
+// EndpointSlice); the refusals say what they wait for (the namespace controller reports them in
+// the namespace's status).
 func TestNamespaceDeletion(t *testing.T) {
 	g := NewWithT(t)
 	a := install(t, namespace(t, true), 2, nil)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: a.ns}} // in no group
 	g.Expect(env.Client.Create(context.Background(), sa)).To(Succeed())
+	// The EndpointSlice of the operator's webhook Service: it copies the Service's labels, group
+	// operator's. Deleted, it could not be made again, and the webhook would have no endpoints.
+	slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "operator-webhook-x1", Namespace: a.ns,
+		Labels: map[string]string{keys.GroupLabel: "operator", keys.GroupOrderLabel: "1", discoveryv1.LabelServiceName: "operator-webhook"}},
+		AddressType: discoveryv1.AddressTypeIPv4}
+	g.Expect(env.Client.Create(context.Background(), slice)).To(Succeed())
 	refused := deleteNamespace(t, a.ns)
 	g.Expect(a.widgetsLeft(g)).To(BeZero())
 	g.Expect(a.operatorExists(g)).To(BeFalse())
@@ -135,6 +143,7 @@ func TestNamespaceDeletion(t *testing.T) {
 	g.Expect(refused).To(HaveKeyWithValue("Deployment", MatchRegexp(`this Deployment of group "operator" stays until group\(s\) instances of sequence %q are gone`, a.ns)))
 	g.Expect(refused).To(HaveKeyWithValue("Pod", ContainSubstring(`keeps running until group(s) instances of sequence %q are gone`, a.ns)))
 	g.Expect(refused).To(HaveKeyWithValue("ServiceAccount", ContainSubstring("belongs to no group and stays, with the earliest groups of sequence %q", a.ns)))
+	g.Expect(refused).To(HaveKeyWithValue("EndpointSlice", ContainSubstring(`this EndpointSlice of group "operator" stays until group(s) instances of sequence %q are gone`, a.ns)))
 }
 
 // TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
