@@ -400,31 +400,9 @@ func claimApp(ns, backupGroup string) string {
 	} else {
 		// Named so that its pods come first: the namespace controller deletes pods as one
 		// collection in name order, and stops at the first it is refused (the operator's).
-		operator = fmt.Sprintf(`---
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: a-operator
-  namespace: %s
-  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
-spec:
-  selector: {matchLabels: {app: operator}}
-  template:
-    metadata: {labels: {app: operator}}
-    spec:
-      containers: [{name: c, image: operator}]
-`, ns)
+		operator = "---\n" + groupDeployment(ns, "a-operator", "operator", 1)
 	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: %[1]s-0}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  hostPath: {path: /mnt/%[1]s-0}
-  claimRef: {namespace: %[1]s, name: data}
----
+	return volumeFor(ns, "data") + fmt.Sprintf(`---
 apiVersion: v1
 kind: Namespace
 metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
@@ -505,19 +483,7 @@ func TestClaimsAStatefulSetKeepsHoldNothing(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := "td-retained"
-	objects := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: operator
-  namespace: %[1]s
-  labels: {wavegate.io/group: operator, wavegate.io/group-order: "1"}
-spec:
-  selector: {matchLabels: {app: operator}}
-  template:
-    metadata: {labels: {app: operator}}
-    spec:
-      containers: [{name: c, image: operator}]
----
+	objects := groupDeployment(ns, "operator", "operator", 1) + fmt.Sprintf(`---
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
@@ -540,21 +506,12 @@ spec:
       accessModes: [ReadWriteOnce]
       resources: {requests: {storage: 1Gi}}
 `, ns)
-	applyYAML(t, fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolume
-metadata: {name: %[1]s-0}
-spec:
-  capacity: {storage: 1Gi}
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  hostPath: {path: /mnt/%[1]s-0}
-  claimRef: {namespace: %[1]s, name: data-db-0}
----
+	applyYAML(t, volumeFor(ns, "data-db-0")+fmt.Sprintf(`---
 apiVersion: v1
 kind: Namespace
-metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
+metadata: {name: %s, labels: {wavegate.io/enabled: "true"}}
 ---
-%[2]s`, ns, objects))
+`, ns)+objects)
 	t.Cleanup(func() { _ = exec.Command(kubectl, "delete", "pv", ns+"-0", "--wait=false").Run() })
 	g.Eventually(func() error {
 		pod, err := cs.CoreV1().Pods(ns).Get(ctx, "db-0", metav1.GetOptions{})
@@ -576,4 +533,36 @@ metadata: {name: %[1]s, labels: {wavegate.io/enabled: "true"}}
 	_, err = cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-db-0", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred(), "the StatefulSet's claim is retained")
 	deleteNamespaceTimed(t, ns)
+}
+
+// groupDeployment is a one-pod Deployment of group group at order order in namespace ns.
+func groupDeployment(ns, name, group string, order int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[2]s
+  namespace: %[1]s
+  labels: {wavegate.io/group: %[3]s, wavegate.io/group-order: "%[4]d"}
+spec:
+  selector: {matchLabels: {app: %[2]s}}
+  template:
+    metadata: {labels: {app: %[2]s}}
+    spec:
+      containers: [{name: c, image: %[2]s}]
+`, ns, name, group, order)
+}
+
+// volumeFor is a PersistentVolume <ns>-0, bound ahead to claim ns/claim (a hostPath: the kwok node
+// mounts nothing).
+func volumeFor(ns, claim string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: %[1]s-0}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  hostPath: {path: /mnt/%[1]s-0}
+  claimRef: {namespace: %[1]s, name: %[2]s}
+`, ns, claim)
 }
