@@ -216,9 +216,10 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 }
 
 // madeForStatefulSet reports whether a request creates a claim for a StatefulSet's
-// volumeClaimTemplates: kube-controller-manager creates it, and no controller owns it (one that
-// the StatefulSet deletes with itself, persistentVolumeClaimRetentionPolicy Delete, is owned, and so
-// is a generic ephemeral volume's).
+// volumeClaimTemplates: kube-controller-manager creates it, and no controller owns it (a generic
+// ephemeral volume's is owned by its pod; one the StatefulSet deletes with itself,
+// persistentVolumeClaimRetentionPolicy Delete, has owner references but no controller, and is
+// marked too: the garbage collector deletes it, and it holds nothing meanwhile).
 func madeForStatefulSet(obj *partialObject, req Request) bool {
 	return req.Create && req.Resource == claimsResource && obj.Controller == "" &&
 		(req.User == keys.StatefulSetControllerUser || req.User == keys.KubeControllerManagerUser)

@@ -5,6 +5,8 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,23 +25,20 @@ import (
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
-// freeLaterClaims deletes, in a namespace being deleted, the pods that hold a later group's claim
-// there: a pod of an earlier group of the sequence, or of no group, that mounts a claim of the
-// sequence being deleted. The claim's pvc-protection finalizer waits for such a pod, and the DELETE
-// check lets it go (Check.Refuse, mountsLater), but the namespace controller deletes pods as one
-// collection in name order and stops at the first refusal: a held pod whose name comes first keeps
-// it from ever asking, and the later group, the held group and the namespace would wait for good.
-// The manager's deletion is not the namespace controller's, so it is not stopped there (and the
-// manager-writes policy lets the manager delete pods only in namespaces being deleted). all are the
-// sequence's members whose labels resolve.
-func (r *Holder) freeLaterClaims(ctx context.Context, seq string, all []resolvedObject, idx *policy.Index, sc Namespaces) error {
-	// The claims being deleted, per namespace, and the sequence's earliest group.
-	claims := map[string]map[string]int32{}
-	earliest := int32(0)
-	for i, o := range all {
-		if i == 0 || o.res.GroupOrder < earliest {
-			earliest = o.res.GroupOrder
-		}
+// freeLaterClaims deletes, in a namespace being deleted, the pods that keep a claim of the
+// sequence that is being deleted there, when the DELETE check would let the namespace controller
+// delete them (Check.Refuse): a pod whose place (its group's order, the earliest group's for a pod
+// in no group) comes before one of those claims' groups (mountsLater), or after which nothing of
+// the sequence is left. The claim's pvc-protection finalizer waits for such a pod, but the
+// namespace controller deletes pods as one collection in name order and stops at its first refusal:
+// a held pod whose name comes first keeps it from ever asking, and the claim, the groups before it
+// and the namespace would wait for good (nor does the garbage collector delete a pod no controller
+// owns). The manager's deletion is not stopped there; the manager-writes policy lets it delete pods
+// only in opted-in namespaces being deleted. all are the sequence's members whose labels resolve,
+// holding every object that holds the groups before its own (members, stamped and owned ones).
+func (r *Holder) freeLaterClaims(ctx context.Context, seq string, all, holding []resolvedObject, idx *policy.Index, sc Namespaces) error {
+	claims := map[string]map[string]int32{} // namespace -> claim being deleted -> its group's order
+	for _, o := range all {
 		if o.Kind.GVR == claimsGVR && o.GetDeletionTimestamp() != nil {
 			if claims[o.GetNamespace()] == nil {
 				claims[o.GetNamespace()] = map[string]int32{}
@@ -47,50 +46,75 @@ func (r *Holder) freeLaterClaims(ctx context.Context, seq string, all []resolved
 			claims[o.GetNamespace()][o.GetName()] = o.res.GroupOrder
 		}
 	}
+	if len(claims) == 0 {
+		return nil
+	}
+	earliest := holding[0].res.GroupOrder
+	for _, o := range holding {
+		earliest = min(earliest, o.res.GroupOrder)
+	}
+	laterThan := func(order int32) bool {
+		return slices.ContainsFunc(holding, func(o resolvedObject) bool { return o.res.GroupOrder > order })
+	}
 	for ns, named := range claims {
 		n := &corev1.Namespace{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil || n.DeletionTimestamp == nil {
 			continue // only the namespace's deletion stops at the refusals
 		}
-		pods, err := r.Tracker.Dynamic.Resource(podsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		pods := r.Tracker.Dynamic.Resource(podsGVR).Namespace(ns)
+		list, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("listing the pods of namespace %s, which is being deleted: %w", ns, err)
 		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
+		for i := range list.Items {
+			p := &list.Items[i]
 			if p.GetDeletionTimestamp() != nil {
 				continue
 			}
-			claim, order, ok := mountedLater(p, named)
+			place := earliest // in no group: it goes with the earliest groups
+			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: p.GetLabels()}, idx)
+			switch {
+			case len(errs) > 0:
+				place = math.MinInt32 // labels that do not resolve: the DELETE check holds nothing for them
+			case res != nil && res.Sequence != seq:
+				continue // another sequence's: its own teardown decides
+			case res != nil:
+				place = res.GroupOrder
+			}
+			claim, ok := keeps(p, named, func(order int32) bool { return order > place || !laterThan(place) })
 			if !ok {
 				continue
 			}
-			res, errs := resolve.Resolve(resolve.Object{Namespace: ns, NamespaceLabels: sc.Labels(ctx, ns), Labels: p.GetLabels()}, idx)
-			switch {
-			case res != nil && len(errs) == 0 && (res.Sequence != seq || res.GroupOrder >= order):
-				continue // another sequence's, or not before the claim's group: not held for it
-			case res == nil && order <= earliest:
+			uid := p.GetUID()
+			err := pods.Delete(ctx, p.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if apierrors.IsConflict(err) {
+				// The UID precondition (the pod was made again: the next pass decides on it), or the
+				// DELETE check's refusal: retried while the pod is still the one decided on.
+				if cur, gerr := pods.Get(ctx, p.GetName(), metav1.GetOptions{}); gerr == nil && cur.GetUID() == uid && cur.GetDeletionTimestamp() == nil {
+					return fmt.Errorf("deleting pod %s, which keeps claim %s being deleted: %w", klog.KObj(p), claim, err)
+				}
 				continue
 			}
-			uid := p.GetUID()
-			err := r.Tracker.Dynamic.Resource(podsGVR).Namespace(ns).Delete(ctx, p.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("deleting pod %s, which holds claim %s of a later group: %w", klog.KObj(p), claim, err)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting pod %s, which keeps claim %s being deleted: %w", klog.KObj(p), claim, err)
 			}
-			ctrl.LoggerFrom(ctx).Info("Deleted a pod that holds a later group's claim in a namespace being deleted", "pod", klog.KObj(p), "claim", claim)
+			if err == nil {
+				ctrl.LoggerFrom(ctx).Info("Deleted a pod that keeps a claim being deleted, in a namespace being deleted", "pod", klog.KObj(p), "claim", claim)
+			}
 		}
 	}
 	return nil
 }
 
-// mountedLater returns the first of the named claims (name -> group order) that a pod mounts.
-func mountedLater(p *unstructured.Unstructured, named map[string]int32) (string, int32, bool) {
+// keeps returns a claim among named (name -> its group's order) that a pod mounts and for which
+// free says the pod may go.
+func keeps(p *unstructured.Unstructured, named map[string]int32, free func(order int32) bool) (string, bool) {
 	volumes, _, _ := unstructured.NestedSlice(p.Object, "spec", "volumes")
 	for _, v := range volumes {
 		name, _, _ := unstructured.NestedString(asMap(v), "persistentVolumeClaim", "claimName")
-		if order, ok := named[name]; ok && name != "" {
-			return name, order, true
+		if order, ok := named[name]; ok && name != "" && free(order) {
+			return name, true
 		}
 	}
-	return "", 0, false
+	return "", false
 }

@@ -185,7 +185,7 @@ func (r *Holder) Reconcile(ctx context.Context, seq string, objs []members.Objec
 			tally(o, res)
 		}
 	}
-	if err := r.freeLaterClaims(ctx, seq, all, idx, sc); err != nil {
+	if err := r.freeLaterClaims(ctx, seq, all, slices.Concat(all, stamped, owned), idx, sc); err != nil {
 		errs = append(errs, err)
 	}
 	// The consistent read that confirms a release is made once per pass and shared by the objects it

@@ -58,6 +58,18 @@ func TestNamespaceTeardownEntryFollowsTheBase(t *testing.T) {
 			if op(second, keys.WaitJobLabel) != "DoesNotExist" {
 				t.Errorf("namespace-teardown reaches wait Jobs")
 			}
+			// The third: the namespace controller's deletions of EndpointSlices and Endpoints, whatever
+			// their labels (they copy their Service's, and the entries above leave them out).
+			endpoints, ok := byName["namespace-endpoints.wavegate.io"]
+			if !ok {
+				t.Fatalf("no entry namespace-endpoints.wavegate.io")
+			}
+			if diff := cmp.Diff(base.NamespaceSelector, endpoints.NamespaceSelector); diff != "" {
+				t.Errorf("namespaceSelector differs (-base +namespace-endpoints):\n%s", diff)
+			}
+			if diff := cmp.Diff(base.ClientConfig, endpoints.ClientConfig); diff != "" {
+				t.Errorf("clientConfig differs (-base +namespace-endpoints):\n%s", diff)
+			}
 		})
 	}
 }

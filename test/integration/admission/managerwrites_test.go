@@ -234,7 +234,7 @@ func clusterWide(t *testing.T, g Gomega, mgr client.Client, tenant string) {
 
 // TestManagerDeletesPodsOnlyInNamespacesBeingDeleted: the manager may delete pods (one that holds a
 // later group's claim, in a namespace being deleted, would hold it for good), and the admission
-// policy keeps it to namespaces being deleted.
+// policy keeps it to opted-in namespaces being deleted.
 func TestManagerDeletesPodsOnlyInNamespacesBeingDeleted(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -245,10 +245,13 @@ func TestManagerDeletesPodsOnlyInNamespacesBeingDeleted(t *testing.T) {
 		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
 		return p
 	}
-	live, deleting := pod(namespace(t, false)), pod(namespace(t, false))
+	live, deleting, notOptedIn := pod(namespace(t, true)), pod(namespace(t, true)), pod(namespace(t, false))
 	g.Eventually(func() error { return mgr.Delete(ctx, live) }).WithTimeout(10 * time.Second).
-		Should(MatchError(ContainSubstring("may delete pods only in namespaces being deleted, not in " + live.Namespace)))
-	// envtest runs no namespace controller: the namespace stays Terminating, its pod with it.
-	g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: deleting.Namespace}})).To(Succeed())
+		Should(MatchError(ContainSubstring("may delete pods only in namespaces labeled wavegate.io/enabled=true that are being deleted, not in " + live.Namespace)))
+	// envtest runs no namespace controller: a namespace stays Terminating, its pods with it.
+	for _, p := range []*corev1.Pod{deleting, notOptedIn} {
+		g.Expect(env.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}})).To(Succeed())
+	}
+	g.Expect(mgr.Delete(ctx, notOptedIn)).To(MatchError(ContainSubstring("may delete pods only in namespaces labeled wavegate.io/enabled=true")))
 	g.Expect(mgr.Delete(ctx, deleting)).To(Succeed())
 }
