@@ -4,7 +4,19 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 export KUBECONFIG=$root/.dev/kubeconfig KUBECACHEDIR=$root/.dev/kube-cache
-trap '"$root/test/tools/dev/dev.sh" down' EXIT
+# On a failure the cluster's logs (the manager's, the engines', the wait Jobs') are kept in a temporary
+# directory before the cluster goes, so that an ordering failure can be traced afterwards.
+down() {
+	rc=$?
+	if [ "$rc" -ne 0 ] && [ -d "$root/.dev" ]; then
+		logs=$(mktemp -d "${TMPDIR:-/tmp}/wavegate-e2e-logs.XXXXXX")
+		cp -r "$root"/.dev/*.log "$root/.dev/pods" "$logs/" 2>/dev/null || true
+		echo ">> the end-to-end run failed; the cluster's logs are kept in $logs" >&2
+	fi
+	"$root/test/tools/dev/dev.sh" down
+	exit "$rc"
+}
+trap down EXIT
 "$root/test/tools/dev/dev.sh" up
 # -parallel 3: the tests that mark themselves parallel (they only wait, each in its own namespaces)
 # run side by side, three at a time, after every serial test (those that change what the whole
