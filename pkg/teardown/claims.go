@@ -5,6 +5,7 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -17,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
 	"wavegate.io/wavegate/pkg/resolve"
 )
@@ -109,12 +111,13 @@ func (r *Holder) freeLaterClaims(ctx context.Context, seq string, all, holding [
 // keeps returns a claim among named (name -> its group's order) that a pod mounts and for which
 // free says the pod may go.
 func keeps(p *unstructured.Unstructured, named map[string]int32, free func(order int32) bool) (string, bool) {
-	volumes, _, _ := unstructured.NestedSlice(p.Object, "spec", "volumes")
-	for _, v := range volumes {
-		name, _, _ := unstructured.NestedString(asMap(v), "persistentVolumeClaim", "claimName")
-		if order, ok := named[name]; ok && name != "" && free(order) {
+	mounted := mountedClaims(members.Object{Kind: podKind, Unstructured: p})
+	for _, name := range slices.Sorted(maps.Keys(mounted.names)) {
+		if order, ok := named[name]; ok && free(order) {
 			return name, true
 		}
 	}
 	return "", false
 }
+
+var podKind = members.Kind{GVR: podsGVR, GVK: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Namespaced: true}
