@@ -230,6 +230,11 @@ type Tracker struct {
 	// kindsChanging: a CRD came or went a moment ago, and the kinds it serves may not be tracked
 	// yet (see KindsChanging).
 	kindsChanging bool
+
+	// heard is when the informers last heard, per sequence, a change of its members (ChangedAt).
+	heardMu    sync.Mutex
+	heard      map[string]time.Time
+	heardSwept time.Time
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
@@ -590,19 +595,79 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: notify,
+		AddFunc: func(obj any) {
+			t.hear(obj, nil)
+			notify(obj)
+		},
 		UpdateFunc: func(old, obj any) {
+			t.hear(obj, old)
 			if SequenceOf(old.(*unstructured.Unstructured)) != SequenceOf(obj.(*unstructured.Unstructured)) {
+				t.hear(old, nil)
 				notify(old)
 			}
 			notify(obj)
 		},
-		DeleteFunc: notify,
+		DeleteFunc: func(obj any) {
+			t.hear(obj, nil)
+			notify(obj)
+		},
 	})
 	ictx, cancel := context.WithCancel(ctx)
 	tr.ctx, tr.cancel = ictx, cancel
 	go inf.RunWithContext(ictx)
 	return tr
+}
+
+// ChangedAt returns when the informers last heard of a change of a sequence's members (one
+// added, deleted, or changed in generation, labels, membership or deletion); zero if none (it
+// forgets them after heardAge). A pass reads its members some time after the change that it sees: the
+// worker was busy, or another pass of the sequence was running. The settle dates changes by this
+// instead (see settling.wait): by the pass's own time, an apply's pace it learns from the gaps
+// between changes would be off by as much as a pass can lag, and a gap it saw shortened (the
+// pass that saw the first change lagged more than the next) made the settle too short for the
+// apply's next gap.
+func (t *Tracker) ChangedAt(sequence string) time.Time {
+	t.heardMu.Lock()
+	defer t.heardMu.Unlock()
+	return t.heard[sequence]
+}
+
+// heardAge is how long ChangedAt remembers a change: far longer than any settle needs.
+const heardAge = time.Minute
+
+// hear records, for ChangedAt, an informer's event of obj (with old, for an update) when it
+// changes what the sequence's members are.
+func (t *Tracker) hear(obj, old any) {
+	if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = o.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	if prev, ok := old.(*unstructured.Unstructured); ok {
+		if !IsMember(prev) && !IsMember(u) || prev.GetGeneration() == u.GetGeneration() && IsMember(prev) == IsMember(u) &&
+			(prev.GetDeletionTimestamp() == nil) == (u.GetDeletionTimestamp() == nil) && maps.Equal(prev.GetLabels(), u.GetLabels()) {
+			return
+		}
+	} else if !IsMember(u) {
+		return
+	}
+	now := time.Now()
+	t.heardMu.Lock()
+	defer t.heardMu.Unlock()
+	if t.heard == nil {
+		t.heard = map[string]time.Time{}
+	}
+	if now.Sub(t.heardSwept) > heardAge {
+		for seq, at := range t.heard {
+			if now.Sub(at) > heardAge {
+				delete(t.heard, seq)
+			}
+		}
+		t.heardSwept = now
+	}
+	t.heard[SequenceOf(u)] = now
 }
 
 // failed records a LIST or WATCH error of an informer: one that fails (an aggregated API that is

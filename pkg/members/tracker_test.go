@@ -2,6 +2,7 @@ package members
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"wavegate.io/wavegate/pkg/keys"
 )
@@ -114,6 +116,70 @@ func TestTrackerHasSynced(t *testing.T) {
 	if d := cmp.Diff([]string{"db"}, members()); d != "" {
 		t.Errorf("Members once re-listed (-want +got):\n%s", d)
 	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Start: %v", err)
+	}
+}
+
+// TestChangedAtHearsMemberChangesOnly: ChangedAt dates the changes of a sequence's members as the
+// informers hear them (a member added, relabeled, deleted), and not its other events: a member's
+// annotations or status, or an object a controller made (no member).
+func TestChangedAtHearsMemberChangesOnly(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	configMap := func(ns, name string) *unstructured.Unstructured {
+		cm := &unstructured.Unstructured{}
+		cm.SetAPIVersion("v1")
+		cm.SetKind("ConfigMap")
+		cm.SetNamespace(ns)
+		cm.SetName(name)
+		cm.SetLabels(map[string]string{keys.GroupLabel: "db"})
+		return cm
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, configMap("shop", "db"))
+	tr := &Tracker{Dynamic: dyn, Discovery: &gatedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}},
+		GroupLabels: func() []string { return []string{keys.GroupLabel} }}
+	done := make(chan error, 1)
+	go func() { done <- tr.Start(ctx) }()
+	g.Eventually(tr.HasSynced).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
+	g.Eventually(func() time.Time { return tr.ChangedAt("shop") }).ShouldNot(BeZero(), "the listed member")
+	cms := dyn.Resource(configMaps)
+	// Events of one informer come in order: once a marker in another sequence is heard, the
+	// changes made before it have been too.
+	markers := 0
+	heardBefore := func() {
+		t.Helper()
+		markers++
+		ns := fmt.Sprintf("marker-%d", markers)
+		_, err := cms.Namespace(ns).Create(ctx, configMap(ns, "m"), metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func() time.Time { return tr.ChangedAt(ns) }).ShouldNot(BeZero())
+	}
+	listed := tr.ChangedAt("shop")
+
+	db, err := cms.Namespace("shop").Get(ctx, "db", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	db.SetAnnotations(map[string]string{"note": "status-like"})
+	db, err = cms.Namespace("shop").Update(ctx, db, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	made := configMap("shop", "made")
+	made.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "db", UID: "u", Controller: ptr.To(true)}})
+	_, err = cms.Namespace("shop").Create(ctx, made, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	heardBefore()
+	g.Expect(tr.ChangedAt("shop")).To(Equal(listed), "an annotation of a member, or an object a controller made, is no change of the members")
+
+	db.SetLabels(map[string]string{keys.GroupLabel: "cache"})
+	_, err = cms.Namespace("shop").Update(ctx, db, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() time.Time { return tr.ChangedAt("shop") }).Should(BeTemporally(">", listed), "a member relabeled")
+	relabeled := tr.ChangedAt("shop")
+	g.Expect(cms.Namespace("shop").Delete(ctx, "db", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func() time.Time { return tr.ChangedAt("shop") }).Should(BeTemporally(">", relabeled), "a member deleted")
 
 	cancel()
 	if err := <-done; err != nil {

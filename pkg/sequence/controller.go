@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
 	// When the members were read: the settle dates their changes by it, not by the end of the
 	// reads below, which would shorten the gaps it learns an apply's pace from.
-	read := r.now()
+	read, heard := r.now(), r.Tracker.ChangedAt(seq)
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -216,7 +216,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	held := r.settling.wait(seq, plan, read)
+	held := r.settling.wait(seq, plan, read, heard)
 	if held.Wait > 0 {
 		opening = opening.closed()
 	}

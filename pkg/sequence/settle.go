@@ -24,11 +24,15 @@ const membershipSettle = 150 * time.Millisecond
 // the last (Argo CD's sync of examples/shop: 345 ms for five objects), and slower on a loaded
 // machine: on one 2.7 times slower, 150 ms was not enough, and the web of that sync was released
 // before the database's StatefulSet existed. The gaps of one apply differ (by kind, by admission
-// webhooks), hence the factor. Changes more than paceHorizon apart are separate applies: an apply
-// that pauses longer between two groups' objects is not covered, nor one whose later objects come
-// more than paceFactor times slower than its earlier ones.
+// webhooks), hence the factor; and the gap after a later group's workload is the longest, since
+// its pods, admitted by wavegate's webhook, and the wait Jobs wavegate starts meanwhile load the API
+// server while the apply goes on: on the local cluster with busy loops competing for its cores,
+// Argo CD's gap from the web's Deployment to the database's StatefulSet was up to 2.5 times the
+// one before it (24 syncs), so the factor leaves twice that. Changes more than paceHorizon apart
+// are separate applies: an apply that pauses longer between two groups' objects is not covered,
+// nor one whose later objects come more than paceFactor times slower than its earlier ones.
 const (
-	paceFactor  = 3
+	paceFactor  = 5
 	paceHorizon = time.Second
 )
 
@@ -54,8 +58,9 @@ type settling struct {
 
 type settled struct {
 	members string
-	// since is the last change; changing is when the changes began: the first change after a pass
-	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes later
+	// since is the last change (when the informers heard it: see wait); changing is when the
+	// changes began: the first change after a pass saw the members settled (quiet). Changes are
+	// seen only when a pass runs: one that comes later
 	// than the settle after the last does not tell whether the members were quiet in between
 	// (a pass may just have been slow), so only a pass that saw them quiet ends the changes.
 	since, changing time.Time
@@ -87,8 +92,13 @@ type hold struct {
 }
 
 // wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
-// members were read (a change is never dated before it was seen).
-func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
+// members were read, and heard when the informers last heard of a change of them (the tracker's
+// ChangedAt; zero: unknown). A change the plan shows is dated when it was heard, not when this pass
+// saw it, so that the gaps between changes are the apply's own and not those between passes,
+// which lag behind it by what a worker was doing meanwhile; it is dated now when heard is no later
+// than the last change (what the plan shows came another way: a policy, a namespace's labels) or
+// more than paceHorizon ago.
+func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
 	members := membership(plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -98,15 +108,19 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
 	cur, ok := s.seen[seq]
 	switch {
 	case !ok || cur.members != members:
-		if !ok || cur.quiet {
-			cur.changing = now
+		at := now
+		if heard.Before(now) && now.Sub(heard) <= paceHorizon && (!ok || heard.After(cur.since)) {
+			at = heard
 		}
-		if gap := now.Sub(cur.since); ok && gap <= paceHorizon {
+		if !ok || cur.quiet {
+			cur.changing = at
+		}
+		if gap := at.Sub(cur.since); ok && gap <= paceHorizon {
 			cur.pace = max(cur.pace, gap)
 		} else {
 			cur.pace = 0
 		}
-		cur.members, cur.since, cur.quiet = members, now, false
+		cur.members, cur.since, cur.quiet = members, at, false
 	case now.Sub(cur.since) >= cur.settle():
 		cur.quiet = true
 	}

@@ -22,6 +22,7 @@ func TestSettling(t *testing.T) {
 	}
 	type got struct{ Wait, Changing time.Duration }
 	ms := time.Millisecond
+	const pf = paceFactor
 	var s settling
 	steps := []struct {
 		name string
@@ -32,31 +33,31 @@ func TestSettling(t *testing.T) {
 	}{
 		{"first seen", "shop", 0, plan("r1"), got{membershipSettle, 0}},
 		{"the same, a moment later", "shop", 100 * ms, plan("r1"), got{membershipSettle - 100*ms, 100 * ms}},
-		{"a later group's member arrives 120 ms after the first: the apply's pace", "shop", 120 * ms, plan("r1", "w1"), got{3 * 120 * ms, 120 * ms}},
-		{"an earlier group's workload arrives sooner after it", "shop", 200 * ms, plan("r2", "w1"), got{3 * 120 * ms, 200 * ms}},
+		{"a later group's member arrives 120 ms after the first: the apply's pace", "shop", 120 * ms, plan("r1", "w1"), got{pf * 120 * ms, 120 * ms}},
+		{"an earlier group's workload arrives sooner after it", "shop", 200 * ms, plan("r2", "w1"), got{pf * 120 * ms, 200 * ms}},
 		{"another sequence waits on its own", "blog", 250 * ms, plan("b1"), got{membershipSettle, 0}},
-		{"membershipSettle is not enough after an apply this slow", "shop", 350 * ms, plan("r2", "w1"), got{3*120*ms - 150*ms, 350 * ms}},
-		{"settled", "shop", 560 * ms, plan("r2", "w1"), got{}},
+		{"membershipSettle is not enough after an apply this slow", "shop", 350 * ms, plan("r2", "w1"), got{pf*120*ms - 150*ms, 350 * ms}},
+		{"settled", "shop", 200*ms + pf*120*ms, plan("r2", "w1"), got{}},
 		{"and stays so", "shop", 5 * time.Second, plan("r2", "w1"), got{}},
 		{"an upgrade, more than paceHorizon after the last change, restarts it afresh", "shop", 6 * time.Second, plan("r3", "w1"), got{membershipSettle, 0}},
-		{"a change soon after goes on with it", "shop", 6*time.Second + 40*ms, plan("r4", "w1"), got{membershipSettle, 40 * ms}},
+		{"a change soon after goes on with it", "shop", 6*time.Second + 40*ms, plan("r4", "w1"), got{max(membershipSettle, pf*40*ms), 40 * ms}},
 
 		// Argo CD on a slow machine: the database's Service alone settles, and the database opens
 		// on it; the web's Deployment comes 200 ms after it, the database's StatefulSet and the
 		// migration's Job 200 ms apart after that. The gap after the quiet pass sets the pace.
 		{"a slow sync's first object", "argo", 0, plan("svc"), got{membershipSettle, 0}},
 		{"settles alone", "argo", 150 * ms, plan("svc"), got{}},
-		{"the later group's Deployment", "argo", 200 * ms, plan("svc", "web"), got{600 * ms, 0}},
-		{"the earlier group's StatefulSet, within three gaps", "argo", 400 * ms, plan("svc+sts", "web"), got{600 * ms, 200 * ms}},
-		{"the migration's Job", "argo", 600 * ms, plan("svc+sts", "web", "job"), got{600 * ms, 400 * ms}},
-		{"not settled 150 ms after it", "argo", 750 * ms, plan("svc+sts", "web", "job"), got{450 * ms, 550 * ms}},
-		{"settled three gaps after it", "argo", 1200 * ms, plan("svc+sts", "web", "job"), got{}},
+		{"the later group's Deployment", "argo", 200 * ms, plan("svc", "web"), got{pf * 200 * ms, 0}},
+		{"the earlier group's StatefulSet, within the settle", "argo", 400 * ms, plan("svc+sts", "web"), got{pf * 200 * ms, 200 * ms}},
+		{"the migration's Job", "argo", 600 * ms, plan("svc+sts", "web", "job"), got{pf * 200 * ms, 400 * ms}},
+		{"not settled 150 ms after it", "argo", 750 * ms, plan("svc+sts", "web", "job"), got{pf*200*ms - 150*ms, 550 * ms}},
+		{"settled paceFactor gaps after it", "argo", 600*ms + pf*200*ms, plan("svc+sts", "web", "job"), got{}},
 		{"paceHorizon is the longest gap an apply's pace counts", "argo", 600*ms + paceHorizon, plan("svc+sts", "web2", "job"), got{paceFactor * paceHorizon, 0}},
 		{"settled", "argo", 1600*ms + paceFactor*paceHorizon, plan("svc+sts", "web2", "job"), got{}},
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	wait := func(seq string, plan []*Group, at time.Duration) got {
-		h := s.wait(seq, plan, start.Add(at))
+		h := s.wait(seq, plan, start.Add(at), time.Time{})
 		return got{h.Wait, h.Changing}
 	}
 	for _, st := range steps {
@@ -84,20 +85,20 @@ func TestSettling(t *testing.T) {
 			}
 		}
 	}
-	// Changes every 40 ms from 6 s on (the settle stays membershipSettle), then every 100 ms (the
-	// settle grows to three times that).
+	// Changes every 40 ms from 6 s on (the settle paceFactor times that), then every 100 ms (the
+	// settle grows with it).
 	first := 6 * time.Second
 	churn("shop", first, first+80*ms, first+time.Second, 40*ms)
 	churn("shop", first, first+time.Second+100*ms, first+MembershipSettleMax+time.Second, 100*ms)
 	last := first + MembershipSettleMax + time.Second
 	// The bound has let the groups open, but a pass must still come to find the members quiet:
 	// without it, the changes would never end, and the next apply would get no settle at all.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last)); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last), time.Time{}); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
 		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
 	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); h != (hold{Settle: paceFactor * 100 * ms}) {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms), time.Time{}); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
 	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
@@ -112,5 +113,47 @@ func TestSettling(t *testing.T) {
 	s.forget("paced")
 	if w := wait("paced", plan("c"), 600*ms); w != (got{membershipSettle, 0}) {
 		t.Errorf("a forgotten sequence: %+v, want a fresh %s", w, membershipSettle)
+	}
+}
+
+// TestSettleDatesChangesWhenHeard: the settle learns an apply's pace from when the informers heard
+// each change, not from when a pass saw it. Argo CD's sync on a loaded machine: the database's
+// Service is heard at 0 but the pass that sees it lags 90 ms behind (the worker was busy), the
+// web's Deployment is heard at 100 ms and seen at 105 ms, and the database's StatefulSet comes
+// 160 ms after the Deployment. Dated by the passes, the gap was 15 ms and the settle 150 ms: a pass
+// at 258 ms found the members quiet, and the web was released on a database group that was only
+// its Service.
+func TestSettleDatesChangesWhenHeard(t *testing.T) {
+	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	plan := func(revs ...string) []*Group {
+		var out []*Group
+		for i, r := range revs {
+			out = append(out, &Group{Name: string(rune('a' + i)), Revision: r})
+		}
+		return out
+	}
+	var s settling
+	steps := []struct {
+		name       string
+		now, heard time.Duration
+		plan       []*Group
+		want       time.Duration // Wait
+	}{
+		{"the Service, seen 90 ms after it was heard", 90 * ms, 0, plan("svc"), membershipSettle - 90*ms},
+		{"the Deployment, heard 100 ms after the Service", 105 * ms, 100 * ms, plan("svc", "web"), paceFactor*100*ms - 5*ms},
+		{"a pass before the StatefulSet still waits", 258 * ms, 100 * ms, plan("svc", "web"), paceFactor*100*ms - 158*ms},
+		{"the StatefulSet, heard 160 ms after the Deployment", 262 * ms, 260 * ms, plan("svc+sts", "web"), paceFactor*160*ms - 2*ms},
+		// What a plan shows without an event heard after the last change (a policy's order, a
+		// namespace's labels) is dated by the pass; so is a change heard longer than paceHorizon ago.
+		{"a change that came another way", 300 * ms, 260 * ms, plan("svc+sts", "web2"), paceFactor * 160 * ms},
+		{"settled", 300*ms + paceFactor*160*ms, 260 * ms, plan("svc+sts", "web2"), 0},
+		{"a change heard too long ago is dated now", 5 * time.Second, 2 * time.Second, plan("svc+sts", "web3"), membershipSettle},
+	}
+	for _, st := range steps {
+		if h := s.wait("argo", st.plan, at(st.now), at(st.heard)); h.Wait != st.want {
+			t.Errorf("%s: wait %s, want %s", st.name, h.Wait, st.want)
+		}
 	}
 }
