@@ -18,7 +18,8 @@ import (
 // render` writes byte-for-byte the annotations the webhook adds, given the labels the namespace
 // has (policies and shared sequences select namespaces by them).
 func Derive(raw []byte, gk schema.GroupKind, namespace string, namespaceLabels map[string]string, idx *policy.Index) ([]byte, []string, error) {
-	v, err := fastjson.ParseBytes(raw)
+	var parser fastjson.Parser
+	v, err := parseDeep(&parser, raw)
 	if err != nil {
 		return nil, nil, err
 	}

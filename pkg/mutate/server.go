@@ -132,7 +132,7 @@ func readReview(r *http.Request, buf *bytes.Buffer, p *fastjson.Parser) (*fastjs
 	if n > maxReviewBytes {
 		return nil, fail("", http.StatusRequestEntityTooLarge, fmt.Errorf("the request is larger than %d bytes", maxReviewBytes))
 	}
-	v, err := p.ParseBytes(buf.Bytes())
+	v, err := parseDeep(p, buf.Bytes())
 	if err != nil {
 		return nil, fail("", http.StatusBadRequest, fmt.Errorf("the request is not JSON: %w", err))
 	}
