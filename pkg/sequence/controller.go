@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -226,6 +227,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	gated, err := r.ungate(ctx, pods, gate, fresh)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if len(gated.pods) > 0 {
+		// What a release was decided on: an ordering that went wrong is traced from this line.
+		log.Info("Releasing gated pods", "pods", len(gated.pods), "groups", slices.Sorted(maps.Keys(gated.released)),
+			"released", releasedRevisions(plan), "settle", held.Settle)
 	}
 	if empty && (held.Wait > 0 || len(gated.gated) == 0) {
 		// Only gated pods: once the members have settled, nothing comes before them (the consistent
@@ -634,4 +640,15 @@ func toMember(k members.Kind, o metav1.Object, idx *policy.Index, nsLabels map[s
 	}
 	return Member{GVR: k.GVR, APIVersion: k.GVK.GroupVersion().String(), Kind: k.GVK.Kind, Namespace: ns,
 		Name: o.GetName(), UID: o.GetUID(), Generation: o.GetGeneration(), Resolution: res}, true
+}
+
+// releasedRevisions names the released groups of a plan with their revisions ("database@1a2b3c4d5e").
+func releasedRevisions(plan []*Group) []string {
+	var out []string
+	for _, g := range plan {
+		if g.Released {
+			out = append(out, g.Name+"@"+g.Revision)
+		}
+	}
+	return out
 }
