@@ -141,7 +141,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
 	// When the members were read: the settle dates their changes by it, not by the end of the
 	// reads below, which would shorten the gaps it learns an apply's pace from.
-	read, heard := r.now(), r.Tracker.ChangedAt(seq)
+	read := r.now()
+	heard, all := r.Tracker.ChangedAt(seq)
+	if !all {
+		heard = time.Time{}
+	}
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {

@@ -70,6 +70,8 @@ type settled struct {
 	// slower than the settle lets the earlier group open on the objects it created first (its
 	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
 	pace time.Duration
+	// read is when the last pass read the members: a change heard before it was one that pass saw.
+	read time.Time
 }
 
 // settle is how long the members must stay the same.
@@ -93,11 +95,12 @@ type hold struct {
 
 // wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
 // members were read, and heard when the informers last heard of a change of them (the tracker's
-// ChangedAt; zero: unknown). A change the plan shows is dated when it was heard, not when this pass
-// saw it, so that the gaps between changes are the apply's own and not those between passes,
-// which lag behind it by what a worker was doing meanwhile; it is dated now when heard is no later
-// than the last change (what the plan shows came another way: a policy, a namespace's labels) or
-// more than paceHorizon ago.
+// ChangedAt; zero: unknown, or the cache may show a change not heard yet). A change the plan shows
+// is dated when it was heard, not when this pass saw it, so that the gaps between changes are the
+// apply's own and not those between passes, which lag behind it by what a worker was doing
+// meanwhile. It is dated now when heard is no later than the last pass's read (the change heard
+// last was one that pass saw: what this plan shows came another way, a policy or a namespace's
+// labels) or more than paceHorizon ago.
 func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
 	members := membership(plan)
 	s.mu.Lock()
@@ -109,7 +112,7 @@ func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
 	switch {
 	case !ok || cur.members != members:
 		at := now
-		if heard.Before(now) && now.Sub(heard) <= paceHorizon && (!ok || heard.After(cur.since)) {
+		if heard.Before(now) && now.Sub(heard) <= paceHorizon && (!ok || heard.After(cur.since) && heard.After(cur.read)) {
 			at = heard
 		}
 		if !ok || cur.quiet {
@@ -124,6 +127,7 @@ func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
 	case now.Sub(cur.since) >= cur.settle():
 		cur.quiet = true
 	}
+	cur.read = now
 	s.seen[seq] = cur
 	h := hold{Settle: cur.settle()}
 	if cur.quiet {

@@ -156,4 +156,12 @@ func TestSettleDatesChangesWhenHeard(t *testing.T) {
 			t.Errorf("%s: wait %s, want %s", st.name, h.Wait, st.want)
 		}
 	}
+	// A change heard that the plan does not show (a member's label that is not its group: a
+	// chart's version) dates no later change that came another way: one heard before the last pass
+	// read the members was seen by it.
+	s.wait("helm", plan("r1"), at(0), time.Time{})
+	s.wait("helm", plan("r1"), at(1600*ms), at(1500*ms))
+	if h := s.wait("helm", plan("r2"), at(2500*ms), at(1500*ms)); h.Wait != membershipSettle {
+		t.Errorf("a change no event told of, after a change heard that the plan did not show: wait %s, want %s", h.Wait, membershipSettle)
+	}
 }
