@@ -7,12 +7,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/test/framework"
 )
 
 // TestDeeplyNestedObjectsAreAdmitted: the API server stores custom resources nested far deeper
@@ -23,16 +23,7 @@ import (
 func TestDeeplyNestedObjectsAreAdmitted(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "trees.nesting.example.com"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "nesting.example.com", Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "trees", Singular: "tree", Kind: "Tree", ListKind: "TreeList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
+	crd := framework.SchemalessCRD(schema.GroupVersionResource{Group: "nesting.example.com", Version: "v1", Resource: "trees"}, "Tree", apiextensionsv1.NamespaceScoped)
 	g.Expect(env.Client.Create(ctx, crd)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), crd) })
 	list := &unstructured.UnstructuredList{}

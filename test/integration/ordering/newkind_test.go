@@ -7,10 +7,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"wavegate.io/wavegate/test/framework"
 )
 
 // TestNewKindHoldsTheGroupsAfterIt: Helm installs a chart's crds/ first, waits for them to be
@@ -24,16 +25,7 @@ func TestNewKindHoldsTheGroupsAfterIt(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := namespace(t)
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "databases.newkind.example.com"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "newkind.example.com", Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "databases", Singular: "database", Kind: "Database", ListKind: "DatabaseList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
+	crd := framework.SchemalessCRD(schema.GroupVersionResource{Group: "newkind.example.com", Version: "v1", Resource: "databases"}, "Database", apiextensionsv1.NamespaceScoped)
 	g.Expect(env.Client.Create(ctx, crd)).To(Succeed())
 	t.Cleanup(func() {
 		// The CRD's deletion holds the sequences too: the next test starts once the hold is over.

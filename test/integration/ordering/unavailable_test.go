@@ -22,6 +22,7 @@ import (
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/sequence"
+	"wavegate.io/wavegate/test/framework"
 )
 
 // gizmos is the kind TestAnUnavailableKindFreezesOnlyTheSequencesThatRecordedIt breaks.
@@ -174,16 +175,7 @@ func TestAnUnavailableKindFreezesOnlyTheSequencesThatRecordedIt(t *testing.T) {
 func gizmoCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
 	g := NewWithT(t)
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: gizmos.Resource + "." + gizmos.Group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: gizmos.Group, Scope: apiextensionsv1.NamespaceScoped,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: gizmos.Resource, Singular: "gizmo", Kind: "Gizmo", ListKind: "GizmoList"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: gizmos.Version, Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
+	crd := framework.SchemalessCRD(gizmos, "Gizmo", apiextensionsv1.NamespaceScoped)
 	g.Expect(env.Client.Create(context.Background(), crd)).To(Succeed())
 	g.Eventually(func() bool {
 		return slices.ContainsFunc(mgr.Wavegate.Members.Kinds(), func(k members.Kind) bool { return k.GVR == gizmos })

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -83,16 +82,7 @@ func installWidgetCRD() error {
 
 // installCRD installs a schemaless CRD and waits until its resource is served.
 func installCRD(gvr schema.GroupVersionResource, kind string, scope apiextensionsv1.ResourceScope) error {
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: gvr.Resource + "." + gvr.Group},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: gvr.Group, Scope: scope,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: gvr.Resource, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List"},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: gvr.Version, Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
-		},
-	}
+	crd := framework.SchemalessCRD(gvr, kind, scope)
 	if err := env.Client.Create(context.Background(), crd); err != nil {
 		return err
 	}
