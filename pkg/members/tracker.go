@@ -88,33 +88,6 @@ type tracked struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	health   listHealth
-	// unheard counts, per sequence, the events of this informer that reached its queue (its
-	// transform) and not yet its handlers (see ChangedAt).
-	unheardMu sync.Mutex
-	unheard   map[string]int
-}
-
-// queued and heard count an event of a sequence's object into and out of unheard.
-func (tr *tracked) queued(seq string) { tr.count(seq, 1) }
-func (tr *tracked) heard(seq string)  { tr.count(seq, -1) }
-
-func (tr *tracked) count(seq string, n int) {
-	tr.unheardMu.Lock()
-	defer tr.unheardMu.Unlock()
-	if tr.unheard == nil {
-		tr.unheard = map[string]int{}
-	}
-	if tr.unheard[seq] += n; tr.unheard[seq] == 0 {
-		delete(tr.unheard, seq)
-	}
-}
-
-// unheardOf reports whether events of a sequence's objects are queued that its handlers have not
-// heard yet.
-func (tr *tracked) unheardOf(seq string) bool {
-	tr.unheardMu.Lock()
-	defer tr.unheardMu.Unlock()
-	return tr.unheard[seq] != 0
 }
 
 // listHealth is what an informer's reflector last reported through its watch error handler: the
@@ -257,11 +230,6 @@ type Tracker struct {
 	// kindsChanging: a CRD came or went a moment ago, and the kinds it serves may not be tracked
 	// yet (see KindsChanging).
 	kindsChanging bool
-
-	// heard is when the informers last heard, per sequence, a change of its members (ChangedAt).
-	heardMu    sync.Mutex
-	heard      map[string]time.Time
-	heardSwept time.Time
 }
 
 // NeedLeaderElection: only the controllers (leader) need members.
@@ -607,22 +575,7 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		cache.SharedIndexInformerOptions{ObjectDescription: k.GVR.String(),
 			Indexers: cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 	tr.informer = inf
-	// The transform sees each event as it is queued, before the cache shows it; the handlers see it
-	// after. Counting events in and out lets ChangedAt tell when every change the cache shows has
-	// been heard. (Tombstones and resyncs skip the transform: they are not counted, and there are
-	// no resyncs.)
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		out, err := t.strip(obj)
-		if u, ok := out.(*unstructured.Unstructured); ok && err == nil {
-			tr.queued(SequenceOf(u))
-		}
-		return out, err
-	})
-	heard := func(obj any) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			tr.heard(SequenceOf(u))
-		}
-	}
+	_ = inf.SetTransform(t.strip)
 	// The reflector reports here what ended a list and watch.
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -637,93 +590,19 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			t.hear(obj, nil)
-			heard(obj)
-			notify(obj)
-		},
+		AddFunc: notify,
 		UpdateFunc: func(old, obj any) {
-			t.hear(obj, old)
 			if SequenceOf(old.(*unstructured.Unstructured)) != SequenceOf(obj.(*unstructured.Unstructured)) {
-				t.hear(old, nil)
 				notify(old)
 			}
-			heard(obj)
 			notify(obj)
 		},
-		DeleteFunc: func(obj any) {
-			t.hear(obj, nil)
-			heard(obj)
-			notify(obj)
-		},
+		DeleteFunc: notify,
 	})
 	ictx, cancel := context.WithCancel(ctx)
 	tr.ctx, tr.cancel = ictx, cancel
 	go inf.RunWithContext(ictx)
 	return tr
-}
-
-// ChangedAt returns when the informers last heard of a change of a sequence's members (one
-// added, deleted, or changed in generation, labels, membership or deletion); zero if none (it
-// forgets them after heardAge). ok is false when events of the sequence's objects have reached the
-// cache that the handlers have not heard yet: then the cache may show a change later than the time
-// returned. A pass reads its members some time after the change that it sees: the worker was busy,
-// or another pass of the sequence was running. The settle dates changes by this instead (see
-// settling.wait): by the pass's own time, an apply's pace it learns from the gaps between changes
-// would be off by as much as a pass can lag, and a gap it saw shortened (the pass that saw the
-// first change lagged more than the next) made the settle too short for the apply's next gap. Call
-// it after reading the members.
-func (t *Tracker) ChangedAt(sequence string) (at time.Time, ok bool) {
-	t.mu.RLock()
-	for _, tr := range t.informers {
-		if tr.unheardOf(sequence) {
-			t.mu.RUnlock()
-			return time.Time{}, false
-		}
-	}
-	t.mu.RUnlock()
-	// Read after the counts: every event counted out had been heard.
-	t.heardMu.Lock()
-	defer t.heardMu.Unlock()
-	return t.heard[sequence], true
-}
-
-// heardAge is how long ChangedAt remembers a change: far longer than any settle needs.
-const heardAge = time.Minute
-
-// hear records, for ChangedAt, an informer's event of obj (with old, for an update) when it
-// changes what the sequence's members are.
-func (t *Tracker) hear(obj, old any) {
-	if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = o.Obj
-	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return
-	}
-	if prev, ok := old.(*unstructured.Unstructured); ok {
-		if !IsMember(prev) && !IsMember(u) || prev.GetGeneration() == u.GetGeneration() && IsMember(prev) == IsMember(u) &&
-			(prev.GetDeletionTimestamp() == nil) == (u.GetDeletionTimestamp() == nil) && maps.Equal(prev.GetLabels(), u.GetLabels()) {
-			return
-		}
-	} else if !IsMember(u) {
-		return
-	}
-	now := time.Now()
-	t.heardMu.Lock()
-	defer t.heardMu.Unlock()
-	if t.heard == nil {
-		t.heard = map[string]time.Time{}
-	}
-	if now.Sub(t.heardSwept) > heardAge {
-		for seq, at := range t.heard {
-			if now.Sub(at) > heardAge {
-				delete(t.heard, seq)
-			}
-		}
-		t.heardSwept = now
-	}
-	t.heard[SequenceOf(u)] = now
 }
 
 // failed records a LIST or WATCH error of an informer: one that fails (an aggregated API that is

@@ -142,10 +142,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// When the members were read: the settle dates their changes by it, not by the end of the
 	// reads below, which would shorten the gaps it learns an apply's pace from.
 	read := r.now()
-	heard, all := r.Tracker.ChangedAt(seq)
-	if !all {
-		heard = time.Time{}
-	}
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -221,7 +217,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	held := r.settling.wait(seq, plan, read, heard)
+	held := r.settling.wait(seq, plan, read)
 	if held.Wait > 0 {
 		opening = opening.closed()
 	}

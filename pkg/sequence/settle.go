@@ -28,7 +28,12 @@ const membershipSettle = 150 * time.Millisecond
 // its pods, admitted by wavegate's webhook, and the wait Jobs wavegate starts meanwhile load the API
 // server while the apply goes on: on the local cluster with busy loops competing for its cores,
 // Argo CD's gap from the web's Deployment to the database's StatefulSet was up to 2.5 times the
-// one before it (24 syncs), so the factor leaves twice that. Changes more than paceHorizon apart
+// one before it (24 syncs), so the factor leaves twice that; it also covers the gaps being dated by
+// the passes that see the changes, each behind its change by what its worker was doing meanwhile.
+// (Dating them by when the informers heard them was tried and withdrawn: with a streamed list the
+// informer's transform runs twice per object, so counting events into the cache and out of the
+// handlers, to tell when every change the cache shows had been heard, never balanced.) Changes more
+// than paceHorizon apart
 // are separate applies: an apply that pauses longer between two groups' objects is not covered,
 // nor one whose later objects come more than paceFactor times slower than its earlier ones.
 const (
@@ -58,9 +63,8 @@ type settling struct {
 
 type settled struct {
 	members string
-	// since is the last change (when the informers heard it: see wait); changing is when the
-	// changes began: the first change after a pass saw the members settled (quiet). Changes are
-	// seen only when a pass runs: one that comes later
+	// since is the last change; changing is when the changes began: the first change after a pass
+	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes later
 	// than the settle after the last does not tell whether the members were quiet in between
 	// (a pass may just have been slow), so only a pass that saw them quiet ends the changes.
 	since, changing time.Time
@@ -70,8 +74,6 @@ type settled struct {
 	// slower than the settle lets the earlier group open on the objects it created first (its
 	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
 	pace time.Duration
-	// read is when the last pass read the members: a change heard before it was one that pass saw.
-	read time.Time
 }
 
 // settle is how long the members must stay the same.
@@ -94,14 +96,8 @@ type hold struct {
 }
 
 // wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
-// members were read, and heard when the informers last heard of a change of them (the tracker's
-// ChangedAt; zero: unknown, or the cache may show a change not heard yet). A change the plan shows
-// is dated when it was heard, not when this pass saw it, so that the gaps between changes are the
-// apply's own and not those between passes, which lag behind it by what a worker was doing
-// meanwhile. It is dated now when heard is no later than the last pass's read (the change heard
-// last was one that pass saw: what this plan shows came another way, a policy or a namespace's
-// labels) or more than paceHorizon ago.
-func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
+// members were read (a change is never dated before it was seen).
+func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
 	members := membership(plan)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,23 +107,18 @@ func (s *settling) wait(seq string, plan []*Group, now, heard time.Time) hold {
 	cur, ok := s.seen[seq]
 	switch {
 	case !ok || cur.members != members:
-		at := now
-		if heard.Before(now) && now.Sub(heard) <= paceHorizon && (!ok || heard.After(cur.since) && heard.After(cur.read)) {
-			at = heard
-		}
 		if !ok || cur.quiet {
-			cur.changing = at
+			cur.changing = now
 		}
-		if gap := at.Sub(cur.since); ok && gap <= paceHorizon {
+		if gap := now.Sub(cur.since); ok && gap <= paceHorizon {
 			cur.pace = max(cur.pace, gap)
 		} else {
 			cur.pace = 0
 		}
-		cur.members, cur.since, cur.quiet = members, at, false
+		cur.members, cur.since, cur.quiet = members, now, false
 	case now.Sub(cur.since) >= cur.settle():
 		cur.quiet = true
 	}
-	cur.read = now
 	s.seen[seq] = cur
 	h := hold{Settle: cur.settle()}
 	if cur.quiet {

@@ -57,7 +57,7 @@ func TestSettling(t *testing.T) {
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	wait := func(seq string, plan []*Group, at time.Duration) got {
-		h := s.wait(seq, plan, start.Add(at), time.Time{})
+		h := s.wait(seq, plan, start.Add(at))
 		return got{h.Wait, h.Changing}
 	}
 	for _, st := range steps {
@@ -93,12 +93,12 @@ func TestSettling(t *testing.T) {
 	last := first + MembershipSettleMax + time.Second
 	// The bound has let the groups open, but a pass must still come to find the members quiet:
 	// without it, the changes would never end, and the next apply would get no settle at all.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last), time.Time{}); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last)); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
 		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
 	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms), time.Time{}); h != (hold{Settle: paceFactor * 100 * ms}) {
+	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
 	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
@@ -113,55 +113,5 @@ func TestSettling(t *testing.T) {
 	s.forget("paced")
 	if w := wait("paced", plan("c"), 600*ms); w != (got{membershipSettle, 0}) {
 		t.Errorf("a forgotten sequence: %+v, want a fresh %s", w, membershipSettle)
-	}
-}
-
-// TestSettleDatesChangesWhenHeard: the settle learns an apply's pace from when the informers heard
-// each change, not from when a pass saw it. Argo CD's sync on a loaded machine: the database's
-// Service is heard at 0 but the pass that sees it lags 90 ms behind (the worker was busy), the
-// web's Deployment is heard at 100 ms and seen at 105 ms, and the database's StatefulSet comes
-// 160 ms after the Deployment. Dated by the passes, the gap was 15 ms and the settle 150 ms: a pass
-// at 258 ms found the members quiet, and the web was released on a database group that was only
-// its Service.
-func TestSettleDatesChangesWhenHeard(t *testing.T) {
-	start := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	ms := time.Millisecond
-	at := func(d time.Duration) time.Time { return start.Add(d) }
-	plan := func(revs ...string) []*Group {
-		var out []*Group
-		for i, r := range revs {
-			out = append(out, &Group{Name: string(rune('a' + i)), Revision: r})
-		}
-		return out
-	}
-	var s settling
-	steps := []struct {
-		name       string
-		now, heard time.Duration
-		plan       []*Group
-		want       time.Duration // Wait
-	}{
-		{"the Service, seen 90 ms after it was heard", 90 * ms, 0, plan("svc"), membershipSettle - 90*ms},
-		{"the Deployment, heard 100 ms after the Service", 105 * ms, 100 * ms, plan("svc", "web"), paceFactor*100*ms - 5*ms},
-		{"a pass before the StatefulSet still waits", 258 * ms, 100 * ms, plan("svc", "web"), paceFactor*100*ms - 158*ms},
-		{"the StatefulSet, heard 160 ms after the Deployment", 262 * ms, 260 * ms, plan("svc+sts", "web"), paceFactor*160*ms - 2*ms},
-		// What a plan shows without an event heard after the last change (a policy's order, a
-		// namespace's labels) is dated by the pass; so is a change heard longer than paceHorizon ago.
-		{"a change that came another way", 300 * ms, 260 * ms, plan("svc+sts", "web2"), paceFactor * 160 * ms},
-		{"settled", 300*ms + paceFactor*160*ms, 260 * ms, plan("svc+sts", "web2"), 0},
-		{"a change heard too long ago is dated now", 5 * time.Second, 2 * time.Second, plan("svc+sts", "web3"), membershipSettle},
-	}
-	for _, st := range steps {
-		if h := s.wait("argo", st.plan, at(st.now), at(st.heard)); h.Wait != st.want {
-			t.Errorf("%s: wait %s, want %s", st.name, h.Wait, st.want)
-		}
-	}
-	// A change heard that the plan does not show (a member's label that is not its group: a
-	// chart's version) dates no later change that came another way: one heard before the last pass
-	// read the members was seen by it.
-	s.wait("helm", plan("r1"), at(0), time.Time{})
-	s.wait("helm", plan("r1"), at(1600*ms), at(1500*ms))
-	if h := s.wait("helm", plan("r2"), at(2500*ms), at(1500*ms)); h.Wait != membershipSettle {
-		t.Errorf("a change no event told of, after a change heard that the plan did not show: wait %s, want %s", h.Wait, membershipSettle)
 	}
 }
