@@ -33,9 +33,9 @@ const membershipSettle = 150 * time.Millisecond
 // (Dating them by when the informers heard them was tried and withdrawn: with a streamed list the
 // informer's transform runs twice per object, so counting events into the cache and out of the
 // handlers, to tell when every change the cache shows had been heard, never balanced.) Changes more
-// than paceHorizon apart
-// are separate applies: an apply that pauses longer between two groups' objects is not covered,
-// nor one whose later objects come more than paceFactor times slower than its earlier ones.
+// than paceHorizon apart are separate applies: an apply that pauses longer between two groups'
+// objects is not covered, nor one whose later objects come more than paceFactor times slower than
+// its earlier ones.
 const (
 	paceFactor  = 5
 	paceHorizon = time.Second
