@@ -58,7 +58,8 @@ func (s *DeleteServer) review(ctx context.Context, req *fastjson.Value) admissio
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the object to delete: %w", err))
 	}
 	msg := s.Check.Refuse(ctx, idx, teardown.Deletion{
-		Namespace: string(req.GetStringBytes("namespace")), Resource: resource, Kind: gk.Kind, Foreground: foreground,
+		Namespace: string(req.GetStringBytes("namespace")), Name: string(old.GetStringBytes("metadata", "name")),
+		Version: string(req.GetStringBytes("resource", "version")), Resource: resource, Kind: gk.Kind, Foreground: foreground,
 		User: user, Labels: obj.Labels, Deleting: obj.Deleting,
 		ControllerKind: obj.ControllerKind, ControllerName: obj.ControllerName, Claims: claims(old, resource),
 	})

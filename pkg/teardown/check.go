@@ -56,10 +56,13 @@ type NamespaceSource interface {
 
 // Deletion is a DELETE request as the check sees it.
 type Deletion struct {
-	Namespace  string
-	Resource   schema.GroupResource
-	Kind       string
-	Foreground bool
+	Namespace string
+	// Name is the object's name (the old object's: a DeleteCollection's requests name none);
+	// Version the resource's version in the request.
+	Name, Version string
+	Resource      schema.GroupResource
+	Kind          string
+	Foreground    bool
 	// User is the requester's user name.
 	User string
 	// Labels of the object; Deleting is true when it is already being deleted.
@@ -90,9 +93,9 @@ type Deletion struct {
 //     terminating namespace (leader election is lost, a webhook has no endpoints). Objects without
 //     a group are counted in the namespace's own sequences with their earliest group: they go with
 //     it, once every later group is gone. The namespace controller deletes each kind as one
-//     collection, in list order, and stops at its first refusal, so an object of a kind that the
-//     later groups also have objects of is never held this way (that would hold them too, and the
-//     namespace for good). Only the namespace controller's requests are refused
+//     collection, in name order, and stops at its first refusal, so an object of a kind that the
+//     later groups also have objects of is held this way only when none of theirs is named after
+//     it (see holdsNothingAfter): that would hold them too, and the namespace for good. Only the namespace controller's requests are refused
 //     (kube-controller-manager with per-controller credentials, --use-service-account-credentials,
 //     as kubeadm and managed clusters run it): an operator's own deletions while it finalizes, and
 //     the garbage collector's, never are. Secrets and Events never reach wavegate.
@@ -150,9 +153,10 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	claims := c.claimPlaces(ctx, idx, d, nsLabels)
+	after := c.afterIt(ctx, d)
 	res, errs := resolve.Resolve(resolve.Object{Namespace: d.Namespace, NamespaceLabels: nsLabels, Labels: d.Labels}, idx)
 	if res == nil && len(errs) == 0 && sweep && !d.Foreground {
-		return c.refuseUngrouped(ctx, idx, d, claims)
+		return c.refuseUngrouped(ctx, idx, d, nsLabels, claims, after)
 	}
 	if res == nil || len(errs) > 0 || !Ordered(res) {
 		return ""
@@ -171,10 +175,11 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 	if remaining == 0 || mountsLater(claims(), res.Sequence, res.GroupOrder) {
 		return ""
 	}
-	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) {
-		// The namespace controller deletes each kind as one collection, in list order, and stops
+	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) &&
+		!holdsNothingAfter(after(), idx, d, nsLabels, res.Sequence, res.GroupOrder) {
+		// The namespace controller deletes each kind as one collection, in name order, and stops
 		// at the first refusal: holding this object would hold the later groups' objects of its
-		// kind listed after it, and with them the hold itself.
+		// kind named after it, and with them the hold itself.
 		return ""
 	}
 	if d.Foreground {
@@ -197,12 +202,15 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 // refuseUngrouped decides the namespace controller's deletion of an object that belongs to no
 // group: it stays while any of the namespace's own sequences has objects after its earliest group
 // (it goes with that group).
-func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion, claims func() []*resolve.Resolution) string {
+func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion, nsLabels map[string]string,
+	claims func() []*resolve.Resolution, after func() []metav1.PartialObjectMetadata) string {
 	for _, sp := range c.Later.Spanning(d.Namespace) {
 		groups, remaining, resources := c.later(ctx, idx, sp.Sequence, sp.Earliest)
-		if remaining == 0 || sameResource(resources, d.Resource) || mountsLater(claims(), sp.Sequence, sp.Earliest) {
-			// Nothing later, or the later groups' objects include this kind: refusing it would hold
-			// them too (one collection per kind, deleted in list order up to the first refusal).
+		if remaining == 0 || mountsLater(claims(), sp.Sequence, sp.Earliest) ||
+			sameResource(resources, d.Resource) && !holdsNothingAfter(after(), idx, d, nsLabels, sp.Sequence, sp.Earliest) {
+			// Nothing later, or the later groups' objects include this kind and one is named after
+			// it: refusing it would hold them too (one collection per kind, deleted in name order up
+			// to the first refusal).
 			continue
 		}
 		return fmt.Sprintf("wavegate: namespace %s is being deleted; this %s belongs to no group and stays, with the earliest groups of sequence %q, "+
@@ -255,6 +263,53 @@ func (c *Check) claimPlaces(ctx context.Context, idx *policy.Index, d Deletion, 
 		}
 		return out
 	})
+}
+
+// afterIt returns the objects of the deleted object's kind in its namespace that are named after
+// it and are not being deleted, read on a consistent LIST at most once per decision and only when
+// asked; nil when they cannot be read (with ok false from holdsNothingAfter: nothing is held then).
+func (c *Check) afterIt(ctx context.Context, d Deletion) func() []metav1.PartialObjectMetadata {
+	return sync.OnceValue(func() []metav1.PartialObjectMetadata {
+		if c.Metadata == nil || d.Name == "" || d.Version == "" {
+			return nil
+		}
+		gvr := d.Resource.WithVersion(d.Version)
+		list, err := c.Metadata.Resource(gvr).Namespace(d.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the objects of the kind being deleted; not holding it", "resource", gvr.String(),
+				"namespace", d.Namespace)
+			return nil
+		}
+		out := []metav1.PartialObjectMetadata{}
+		for _, o := range list.Items {
+			if o.Name > d.Name && o.DeletionTimestamp == nil {
+				out = append(out, o)
+			}
+		}
+		return out
+	})
+}
+
+// holdsNothingAfter reports whether refusing the namespace controller's deletion of d, placed in
+// sequence seq at order (its group's, or the earliest group's for an object in no group), holds
+// nothing that this hold waits for. The namespace controller deletes each kind of a namespace as
+// one collection (DeleteCollection, one object after the other in name order) and stops at its
+// first refusal, so a refusal keeps every object of the kind named after it (after: afterIt).
+// That costs nothing for one in no group (it holds nothing), nor for one of the same sequence in a
+// group no later than this one (it is held at least as long). Any other (a later group's object
+// above all, or another sequence's) would be kept for as long as this one is, and could be what
+// keeps it: the deletion goes ahead instead. after is nil when it could not be read: false.
+func holdsNothingAfter(after []metav1.PartialObjectMetadata, idx *policy.Index, d Deletion, nsLabels map[string]string, seq string, order int32) bool {
+	if after == nil {
+		return false
+	}
+	for i := range after {
+		res := placeOf(&after[i], d.Namespace, nsLabels, idx)
+		if res != nil && (res.Sequence != seq || res.GroupOrder > order) {
+			return false
+		}
+	}
+	return true
 }
 
 // mountsLater reports whether a pod mounts a claim of a later group than order in sequence seq

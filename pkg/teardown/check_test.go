@@ -84,3 +84,60 @@ func TestConfirmCountsOwnedObjectsThatWaitForAFinalizer(t *testing.T) {
 		t.Errorf("later groups (-want +got):\n%s\nobjects %d, want 2 (resource and child)", d, n)
 	}
 }
+
+// TestHoldsNothingAfter: the namespace controller's deletion of an object of a kind that the later
+// groups have objects of too may be refused only when no object it would keep (one of its kind
+// named after it, not yet being deleted) belongs to a later group or to another sequence. Read from
+// the real API server's name order in test/integration/teardown (TestNamespaceDeletion...).
+func TestHoldsNothingAfter(t *testing.T) {
+	sa := func(name string, labels map[string]string, deleting bool) runtime.Object {
+		o := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: labels}}
+		if deleting {
+			o.DeletionTimestamp = &metav1.Time{}
+			o.Finalizers = []string{keys.TeardownFinalizer}
+		}
+		return o
+	}
+	group := func(name, order string) map[string]string {
+		return map[string]string{keys.GroupLabel: name, keys.GroupOrderLabel: order}
+	}
+	other := map[string]string{keys.GroupLabel: "app", keys.GroupOrderLabel: "0", keys.SequenceLabel: "shop.other"}
+	s := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		objects []runtime.Object
+		// order is where the deleted object ("operator") stands in sequence shop.
+		order int32
+		want  bool
+	}{
+		{name: "a later group's object named before it", order: 1, want: true,
+			objects: []runtime.Object{sa("app", group("instances", "2"), false)}},
+		{name: "a later group's object named after it", order: 1, want: false,
+			objects: []runtime.Object{sa("web", group("instances", "2"), false)}},
+		{name: "a later group's object named after it, being deleted already", order: 1, want: true,
+			objects: []runtime.Object{sa("web", group("instances", "2"), true)}},
+		{name: "objects in no group, and of its own or an earlier group, named after it", order: 1, want: true,
+			objects: []runtime.Object{sa("zz-default", nil, false), sa("operator-2", group("operator", "1"), false), sa("p", group("crds", "0"), false)}},
+		{name: "another sequence's object named after it, even of an earlier order", order: 1, want: false,
+			objects: []runtime.Object{sa("web", other, false)}},
+		{name: "the earliest group's object in no group: a later group's named after it", order: 0, want: false,
+			objects: []runtime.Object{sa("operator-2", group("operator", "1"), false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Check{Metadata: metadatafake.NewSimpleMetadataClient(s, append(tc.objects, sa("operator", group("operator", "1"), false))...)}
+			d := Deletion{Namespace: "shop", Name: "operator", Version: "v1", Resource: schema.GroupResource{Resource: "serviceaccounts"}}
+			after := c.afterIt(context.Background(), d)()
+			if got := holdsNothingAfter(after, policy.Compile(nil), d, nil, "shop", tc.order); got != tc.want {
+				t.Errorf("holdsNothingAfter = %v, want %v (objects after it: %d)", got, tc.want, len(after))
+			}
+		})
+	}
+	// Unreadable: nothing is held.
+	if holdsNothingAfter(nil, policy.Compile(nil), Deletion{}, nil, "shop", 1) {
+		t.Error("holdsNothingAfter(nil) = true, want false")
+	}
+}

@@ -146,6 +146,44 @@ func TestNamespaceDeletion(t *testing.T) {
 	g.Expect(refused).To(HaveKeyWithValue("EndpointSlice", ContainSubstring(`this EndpointSlice of group "operator" stays until group(s) instances of sequence %q are gone`, a.ns)))
 }
 
+// TestNamespaceDeletionOfAKindTheLaterGroupsHaveToo: the namespace controller deletes each kind as
+// one collection (the real API server's DeleteCollection, in name order) and stops at its first
+// refusal. When the later group has a ServiceAccount too, the operator's (in no group) is held only
+// if that one is named before it: it is then deleted first, and the operator keeps its own until
+// the Widgets are gone. Named after it, holding the operator's would hold it, and the hold itself:
+// the operator's goes at once, and the namespace's deletion still completes.
+func TestNamespaceDeletionOfAKindTheLaterGroupsHaveToo(t *testing.T) {
+	for _, tc := range []struct {
+		later string
+		held  bool
+	}{{later: "app", held: true}, {later: "web", held: false}} {
+		t.Run("later ServiceAccount "+tc.later, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			a := install(t, namespace(t, true), 2, nil)
+			for _, sa := range []*corev1.ServiceAccount{
+				{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: a.ns}}, // in no group
+				{ObjectMeta: metav1.ObjectMeta{Name: tc.later, Namespace: a.ns,
+					Labels: map[string]string{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"}}},
+			} {
+				g.Expect(env.Client.Create(ctx, sa)).To(Succeed())
+			}
+			g.Eventually(func(g Gomega) []wavev1.GroupStatus {
+				s := &wavev1.Sequence{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: a.ns}, s)).To(Succeed())
+				return s.Status.Groups
+			}).WithTimeout(timeout).Should(ContainElement(And(HaveField("Name", "instances"), HaveField("Resources", ContainElement("v1/serviceaccounts")))))
+			refused := deleteNamespace(t, a.ns) // fails the test if the namespace's content stays
+			g.Expect(a.widgetsLeft(g)).To(BeZero())
+			if tc.held {
+				g.Expect(refused).To(HaveKeyWithValue("ServiceAccount", ContainSubstring("belongs to no group and stays, with the earliest groups of sequence %q", a.ns)))
+			} else {
+				g.Expect(refused).NotTo(HaveKey("ServiceAccount"))
+			}
+		})
+	}
+}
+
 // TestForegroundDeletionIsRefusedWhileLaterGroupsExist: foreground deletion would delete the
 // operator's pods first whatever its finalizers, so it is refused (retryably) until the Widgets
 // are gone, then allowed.
