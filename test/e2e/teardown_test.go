@@ -211,6 +211,37 @@ func TestNamespaceDeletionKeepsWhatTheOperatorNeeds(t *testing.T) {
 	t.Logf("namespace deletion with a 15 s Widget cleanup: %s", took.Round(100*time.Millisecond))
 }
 
+// TestNamespaceDeletionKeepsTheOperatorsAccountBesideTheApps: the operator's ServiceAccount is in no
+// group (a chart that labels only its workloads), and the later group has a ServiceAccount of its
+// own, app. The real namespace controller deletes the ServiceAccounts as one collection in name
+// order and stops at its first refusal: app goes first, and wavegate holds widget-operator (and
+// default) until the Widget is gone. Deleted at once, widget-operator's tokens would be refused
+// (it has no finalizer to keep it), the operator could not finalize the Widget, and the namespace
+// would stay Terminating for good.
+func TestNamespaceDeletionKeepsTheOperatorsAccountBesideTheApps(t *testing.T) {
+	t.Parallel()
+	startWidgetOperator(t)
+	g := NewWithT(t)
+	ns := "td-accounts"
+	grouped := "  name: widget-operator\n  namespace: " + ns + "\n  labels: {wavegate.io/group: operator, wavegate.io/group-order: \"1\"}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+	app := operatorApp(ns, "Deployment", 1)
+	g.Expect(app).To(ContainSubstring(grouped))
+	app = strings.Replace(app, grouped, "  name: widget-operator\n  namespace: "+ns+"\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n", 1)
+	app = strings.Replace(app, "  name: w0\n", "  name: w0\n  annotations: {example.com/cleanup-seconds: \"5\"}\n", 1)
+	app += fmt.Sprintf(`---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: app
+  namespace: %s
+  labels: {wavegate.io/group: instances, wavegate.io/group-order: "2"}
+`, ns)
+	applyYAML(t, app)
+	waitSummary(t, ns, "instances 2/2 Released")
+	took := deleteNamespaceTimed(t, ns)
+	t.Logf("namespace deletion, the operator's ServiceAccount in no group beside the app's: %s", took.Round(100*time.Millisecond))
+}
+
 // TestNamespaceAndCRDDeletedTogether: one `kubectl delete` of the namespace and the Widget CRD (group
 // crds, order 0, joined to the namespace's sequence): the CRD's own cleanup deletes the Widgets, the
 // namespace controller deletes everything else; the operator outlives the Widgets, the CRD
