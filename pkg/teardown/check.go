@@ -153,7 +153,7 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
 	claims := c.claimPlaces(ctx, idx, d, nsLabels)
-	after := c.afterIt(ctx, d)
+	after := c.afterIt(ctx, idx, d)
 	res, errs := resolve.Resolve(resolve.Object{Namespace: d.Namespace, NamespaceLabels: nsLabels, Labels: d.Labels}, idx)
 	if res == nil && len(errs) == 0 && sweep && !d.Foreground {
 		return c.refuseUngrouped(ctx, idx, d, nsLabels, claims, after)
@@ -171,8 +171,8 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 			return ""
 		}
 	}
-	groups, remaining, resources := c.later(ctx, idx, res.Sequence, res.GroupOrder)
-	if remaining == 0 || mountsLater(claims(), res.Sequence, res.GroupOrder) {
+	groups, remaining, resources, cleanups := c.later(ctx, idx, res.Sequence, res.GroupOrder)
+	if remaining == 0 || mountsLater(claims(), res.Sequence, res.GroupOrder) || sweep && slices.Contains(cleanups, d.Resource) {
 		return ""
 	}
 	if sweep && !d.Foreground && !(held && owners[d.ControllerKind]) && sameResource(resources, d.Resource) &&
@@ -205,8 +205,8 @@ func (c *Check) Refuse(ctx context.Context, idx *policy.Index, d Deletion) strin
 func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deletion, nsLabels map[string]string,
 	claims func() []*resolve.Resolution, after func() []metav1.PartialObjectMetadata) string {
 	for _, sp := range c.Later.Spanning(d.Namespace) {
-		groups, remaining, resources := c.later(ctx, idx, sp.Sequence, sp.Earliest)
-		if remaining == 0 || mountsLater(claims(), sp.Sequence, sp.Earliest) ||
+		groups, remaining, resources, cleanups := c.later(ctx, idx, sp.Sequence, sp.Earliest)
+		if remaining == 0 || mountsLater(claims(), sp.Sequence, sp.Earliest) || slices.Contains(cleanups, d.Resource) ||
 			sameResource(resources, d.Resource) && !holdsNothingAfter(after(), idx, d, nsLabels, sp.Sequence, sp.Earliest) {
 			// Nothing later, or the later groups' objects include this kind and one is named after
 			// it: refusing it would hold them too (one collection per kind, deleted in name order up
@@ -223,21 +223,25 @@ func (c *Check) refuseUngrouped(ctx context.Context, idx *policy.Index, d Deleti
 }
 
 // later returns the groups of a sequence after order that still have objects, and how many: as the
-// Sequence status says, confirmed on a consistent read when the status lists their resources.
-func (c *Check) later(ctx context.Context, idx *policy.Index, seq string, order int32) ([]string, int32, []string) {
+// Sequence status says, confirmed on a consistent read when the status lists their resources. The
+// consistent read also returns the resources their objects declare for cleanup
+// (keys.CleanupAnnotation): such an object's deletion waits for every object of those kinds in its
+// namespace (when wavegate may not delete them, until someone else does), so the namespace
+// controller's deletion of one of them is never held for it, which would hold both for good.
+func (c *Check) later(ctx context.Context, idx *policy.Index, seq string, order int32) ([]string, int32, []string, []schema.GroupResource) {
 	groups, remaining, resources, complete := c.Later.Later(seq, order)
 	if remaining == 0 || c.Metadata == nil || !complete {
-		return groups, remaining, resources
+		return groups, remaining, resources, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
 	defer cancel()
-	live, n, err := c.confirm(ctx, idx, seq, order, resources)
+	live, n, cleanups, err := c.confirm(ctx, idx, seq, order, resources)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Confirming the later groups on a consistent read; refusing as the Sequence status says",
 			"sequence", seq, "order", order)
-		return groups, remaining, resources
+		return groups, remaining, resources, nil
 	}
-	return live, n, resources
+	return live, n, resources, cleanups
 }
 
 // claimPlaces returns where the claims a pod mounts stand (Deletion.Claims), read at most once per
@@ -267,23 +271,27 @@ func (c *Check) claimPlaces(ctx context.Context, idx *policy.Index, d Deletion, 
 
 // afterIt returns the objects of the deleted object's kind in its namespace that are named after
 // it and are not being deleted, read on a consistent LIST at most once per decision and only when
-// asked; nil when they cannot be read (with ok false from holdsNothingAfter: nothing is held then).
-func (c *Check) afterIt(ctx context.Context, d Deletion) func() []metav1.PartialObjectMetadata {
+// asked (those with a group label); nil when they cannot be read (holdsNothingAfter is then false:
+// nothing is held).
+func (c *Check) afterIt(ctx context.Context, idx *policy.Index, d Deletion) func() []metav1.PartialObjectMetadata {
 	return sync.OnceValue(func() []metav1.PartialObjectMetadata {
 		if c.Metadata == nil || d.Name == "" || d.Version == "" {
 			return nil
 		}
 		gvr := d.Resource.WithVersion(d.Version)
-		list, err := c.Metadata.Resource(gvr).Namespace(d.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing the objects of the kind being deleted; not holding it", "resource", gvr.String(),
-				"namespace", d.Namespace)
-			return nil
-		}
 		out := []metav1.PartialObjectMetadata{}
-		for _, o := range list.Items {
-			if o.Name > d.Name && o.DeletionTimestamp == nil {
-				out = append(out, o)
+		// Only objects with a group label can be placed anywhere (one in no group holds nothing).
+		for _, l := range idx.GroupLabels() {
+			list, err := c.Metadata.Resource(gvr).Namespace(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: members.Selector(l)})
+			if err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Listing the objects of the kind being deleted; not holding it", "resource", gvr.String(),
+					"namespace", d.Namespace)
+				return nil
+			}
+			for _, o := range list.Items {
+				if o.Name > d.Name && o.DeletionTimestamp == nil {
+					out = append(out, o)
+				}
 			}
 		}
 		return out
@@ -294,7 +302,10 @@ func (c *Check) afterIt(ctx context.Context, d Deletion) func() []metav1.Partial
 // sequence seq at order (its group's, or the earliest group's for an object in no group), holds
 // nothing that this hold waits for. The namespace controller deletes each kind of a namespace as
 // one collection (DeleteCollection, one object after the other in name order) and stops at its
-// first refusal, so a refusal keeps every object of the kind named after it (after: afterIt).
+// first refusal, so a refusal keeps every object of the kind named after it (after: afterIt). Name
+// order is the order kube-apiserver lists what it stores (etcd's keys, and its watch cache's); an
+// aggregated API server might list otherwise. With more than one DeleteCollection worker, a
+// refusal stops only its own: more is deleted, never less.
 // That costs nothing for one in no group (it holds nothing), nor for one of the same sequence in a
 // group no later than this one (it is held at least as long). Any other (a later group's object
 // above all, or another sequence's) would be kept for as long as this one is, and could be what
@@ -346,19 +357,20 @@ func sameResource(resources []string, gr schema.GroupResource) bool {
 }
 
 // confirm counts, on a consistent read of the given resources, the objects of a sequence's groups
-// after order that still exist, resolved as admission resolves them.
-func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, order int32, resources []string) ([]string, int32, error) {
+// after order that still exist, resolved as admission resolves them, and the resources they declare
+// for cleanup.
+func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, order int32, resources []string) ([]string, int32, []schema.GroupResource, error) {
 	kinds := make([]members.Kind, 0, len(resources))
 	for _, r := range resources {
 		gvr, err := members.ParseResource(r)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		kinds = append(kinds, members.Kind{GVR: gvr})
 	}
 	objs, err := members.ListMembers(ctx, c.Metadata, kinds, idx.GroupLabels(), seq, metav1.NamespaceAll, anyObject)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	// Only the later groups' kinds are read: an earlier member of another kind is not seen, and what
 	// it made counts here (the hold and the status do not count it, so this refuses only while the
@@ -370,7 +382,7 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 		var nsLabels map[string]string
 		if ns != "" && c.Namespaces != nil {
 			if nsLabels, err = c.Namespaces.Labels(ns); err != nil {
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
 			if nsLabels[keys.EnabledLabel] != "true" {
 				continue // the controllers order only opted-in namespaces
@@ -384,13 +396,19 @@ func (c *Check) confirm(ctx context.Context, idx *policy.Index, seq string, orde
 	}
 	groups := map[string]bool{}
 	var n int32
+	var cleanups []schema.GroupResource
 	for _, p := range placed {
 		if p.res.GroupOrder > order && !ownedByEarlier(p.Object, p.res, tree) {
 			groups[p.res.Group] = true
 			n++
+			for kind := range strings.SplitSeq(p.GetAnnotations()[keys.CleanupAnnotation], ",") {
+				if kind = strings.TrimSpace(kind); kind != "" {
+					cleanups = append(cleanups, schema.ParseGroupResource(kind))
+				}
+			}
 		}
 	}
-	return sortedKeys(groups), n, nil
+	return sortedKeys(groups), n, cleanups, nil
 }
 
 // namespaceLabels returns the labels of a namespace when resolution needs them.

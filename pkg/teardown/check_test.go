@@ -37,7 +37,7 @@ func TestConfirmCountsObjectsWhoseGroupStopsResolving(t *testing.T) {
 	// namespace may not join.
 	c := &Check{Metadata: metadatafake.NewSimpleMetadataClient(s,
 		cm("shop", "stamped", stamp), cm("shop", "never-admitted", nil), cm("other", "forged", stamp))}
-	groups, n, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
+	groups, n, _, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestConfirmCountsOwnedObjectsThatWaitForAFinalizer(t *testing.T) {
 		// Made by the operator through an object that is no member (its StatefulSet's claim).
 		cm("operators-statefulset", "1", "operator"),
 		cm("its-claim", "2", "operators-statefulset", "kubernetes.io/pvc-protection"))}
-	groups, n, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
+	groups, n, _, err := c.confirm(context.Background(), policy.Compile(nil), "shop", 1, []string{members.ResourceString(gvr)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestHoldsNothingAfter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Check{Metadata: metadatafake.NewSimpleMetadataClient(s, append(tc.objects, sa("operator", group("operator", "1"), false))...)}
 			d := Deletion{Namespace: "shop", Name: "operator", Version: "v1", Resource: schema.GroupResource{Resource: "serviceaccounts"}}
-			after := c.afterIt(context.Background(), d)()
+			after := c.afterIt(context.Background(), policy.Compile(nil), d)()
 			if got := holdsNothingAfter(after, policy.Compile(nil), d, nil, "shop", tc.order); got != tc.want {
 				t.Errorf("holdsNothingAfter = %v, want %v (objects after it: %d)", got, tc.want, len(after))
 			}

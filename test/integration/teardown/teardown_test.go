@@ -148,21 +148,42 @@ func TestNamespaceDeletion(t *testing.T) {
 
 // TestNamespaceDeletionOfAKindTheLaterGroupsHaveToo: the namespace controller deletes each kind as
 // one collection (the real API server's DeleteCollection, in name order) and stops at its first
-// refusal. When the later group has a ServiceAccount too, the operator's (in no group) is held only
-// if that one is named before it: it is then deleted first, and the operator keeps its own until
-// the Widgets are gone. Named after it, holding the operator's would hold it, and the hold itself:
-// the operator's goes at once, and the namespace's deletion still completes.
+// refusal. When the later group has a ServiceAccount too, the operator's (in no group, or in its
+// group) is held only if that one is named before it: it is then deleted first, and the operator
+// keeps its own until the Widgets are gone. Named after it, holding the operator's would hold it,
+// and the hold itself: the operator's goes at once, and the namespace's deletion still completes.
+// Nor is it held when a later member declares ServiceAccounts for cleanup: that member's deletion
+// waits for every ServiceAccount of the namespace.
 func TestNamespaceDeletionOfAKindTheLaterGroupsHaveToo(t *testing.T) {
+	operatorGroup := map[string]string{keys.GroupLabel: "operator", keys.GroupOrderLabel: "1"}
 	for _, tc := range []struct {
-		later string
-		held  bool
-	}{{later: "app", held: true}, {later: "web", held: false}} {
-		t.Run("later ServiceAccount "+tc.later, func(t *testing.T) {
+		name, later string
+		// operator are the labels of the operator's ServiceAccount; cleanup is w0's cleanup annotation.
+		operator map[string]string
+		cleanup  string
+		// refused is what the refusal of the operator's ServiceAccount says ("": none).
+		refused string
+	}{
+		{name: "in no group, the later one named before it", later: "app", refused: "belongs to no group and stays, with the earliest groups of sequence %q"},
+		{name: "in no group, the later one named after it", later: "web"},
+		{name: "in its group, the later one named before it", later: "app", operator: operatorGroup,
+			refused: `this ServiceAccount of group "operator" stays until group(s) instances of sequence %q are gone`},
+		{name: "in its group, the later one named after it", later: "web", operator: operatorGroup},
+		{name: "in no group, a later member cleans up ServiceAccounts", later: "app", cleanup: "serviceaccounts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
 			a := install(t, namespace(t, true), 2, nil)
+			if tc.cleanup != "" {
+				w0, err := dyn.Resource(widgets).Namespace(a.ns).Get(ctx, "w0", metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				w0.SetAnnotations(map[string]string{keys.CleanupAnnotation: tc.cleanup})
+				_, err = dyn.Resource(widgets).Namespace(a.ns).Update(ctx, w0, metav1.UpdateOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+			}
 			for _, sa := range []*corev1.ServiceAccount{
-				{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: a.ns}}, // in no group
+				{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: a.ns, Labels: tc.operator}},
 				{ObjectMeta: metav1.ObjectMeta{Name: tc.later, Namespace: a.ns,
 					Labels: map[string]string{keys.GroupLabel: "instances", keys.GroupOrderLabel: "2"}}},
 			} {
@@ -175,8 +196,8 @@ func TestNamespaceDeletionOfAKindTheLaterGroupsHaveToo(t *testing.T) {
 			}).WithTimeout(timeout).Should(ContainElement(And(HaveField("Name", "instances"), HaveField("Resources", ContainElement("v1/serviceaccounts")))))
 			refused := deleteNamespace(t, a.ns) // fails the test if the namespace's content stays
 			g.Expect(a.widgetsLeft(g)).To(BeZero())
-			if tc.held {
-				g.Expect(refused).To(HaveKeyWithValue("ServiceAccount", ContainSubstring("belongs to no group and stays, with the earliest groups of sequence %q", a.ns)))
+			if tc.refused != "" {
+				g.Expect(refused).To(HaveKeyWithValue("ServiceAccount", ContainSubstring(tc.refused, a.ns)))
 			} else {
 				g.Expect(refused).NotTo(HaveKey("ServiceAccount"))
 			}
