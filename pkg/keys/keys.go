@@ -45,6 +45,11 @@ const (
 	// WaitOpenedAnnotation on a wait Job records when its group opened (RFC 3339 with
 	// nanoseconds), written when the Job is armed, so that a changed timeout is counted from then.
 	WaitOpenedAnnotation = Domain + "/opened-at"
+	// WaitingSinceAnnotation on a wait Job made for a new revision of a group that was open and
+	// waiting (its earlier revision's Job armed and running) records when the group opened (RFC 3339
+	// with nanoseconds): the Job's timeout counts from then when it is first armed, so that a group
+	// whose members keep changing still times out.
+	WaitingSinceAnnotation = Domain + "/waiting-since"
 	// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
 	WaiterRBACLabel = Domain + "/waiter-rbac"
 

@@ -139,6 +139,13 @@ func Mutate(obj *partialObject, req Request, idx *policy.Index) admission.Respon
 		if w := untracked(req, res); w != "" {
 			warnings = append(warnings, w)
 		}
+		if obj.DeadlinePath != "" {
+			// The Job controller counts the deadline from the Job's start, gated pods or not.
+			warnings = append(warnings, fmt.Sprintf("%s: the Job's deadline (%s s) counts from its start, including the time wavegate holds its pods "+
+				"for the groups before %q; if they take longer, the Job fails with DeadlineExceeded before it runs, and so does its group. "+
+				"Raise the deadline above what the earlier groups take (their timeouts), or recreate the Job if that happens",
+				obj.DeadlinePath, obj.Deadline, res.Group))
+		}
 	}
 	want := resolve.Annotations(res)
 	if claimOfTemplate {

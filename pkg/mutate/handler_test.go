@@ -887,3 +887,39 @@ func TestGateAsksForTheTemplateItsControllerStamps(t *testing.T) {
 		}
 	}
 }
+
+// TestJobDeadlineWarning: the Job controller counts a Job's activeDeadlineSeconds from its start,
+// gated pods or not, so a member Job (or a CronJob's Jobs) with one is admitted with a warning that
+// names the field, the group and the fix; one without gets none.
+func TestJobDeadlineWarning(t *testing.T) {
+	labels := map[string]string{keys.GroupLabel: "migrate", keys.GroupOrderLabel: "2"}
+	spec := batchv1.JobSpec{ActiveDeadlineSeconds: ptr.To(int64(300)), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "m", Image: "m"}}}}}
+	noDeadline := *spec.DeepCopy()
+	noDeadline.ActiveDeadlineSeconds = nil
+	jobGK, cronGK := schema.GroupKind{Group: "batch", Kind: "Job"}, schema.GroupKind{Group: "batch", Kind: "CronJob"}
+	for _, tc := range []struct {
+		name string
+		gk   schema.GroupKind
+		obj  any
+		want string
+	}{
+		{"Job", jobGK, &batchv1.Job{ObjectMeta: meta(labels, nil), Spec: spec}, `spec.activeDeadlineSeconds: the Job's deadline (300 s) counts from its start`},
+		{"CronJob", cronGK, &batchv1.CronJob{ObjectMeta: meta(labels, nil), Spec: batchv1.CronJobSpec{Schedule: "@daily", JobTemplate: batchv1.JobTemplateSpec{Spec: spec}}},
+			`spec.jobTemplate.spec.activeDeadlineSeconds: the Job's deadline (300 s) counts from its start`},
+		{"Job without a deadline", jobGK, &batchv1.Job{ObjectMeta: meta(labels, nil), Spec: noDeadline}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, err := json.Marshal(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := Mutate(parse(t, raw, tc.gk), Request{GroupKind: tc.gk, Resource: schema.GroupResource{Group: "batch", Resource: "jobs"}, Namespace: "shop", Create: true}, nil)
+			warned := slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, "activeDeadlineSeconds") })
+			if tc.want == "" && warned || tc.want != "" && !slices.ContainsFunc(resp.Warnings, func(w string) bool {
+				return strings.HasPrefix(w, tc.want) && strings.Contains(w, `groups before "migrate"`)
+			}) {
+				t.Errorf("warnings %q, want one starting %q", resp.Warnings, tc.want)
+			}
+		})
+	}
+}

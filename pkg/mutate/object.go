@@ -27,6 +27,15 @@ type partialObject struct {
 	NodeName string
 	// Template is the pod template of a workload, nil for other kinds.
 	Template *podTemplate
+	// Deadline is the activeDeadlineSeconds of a Job, or of a CronJob's Jobs, with its path ("":
+	// none).
+	Deadline, DeadlinePath string
+}
+
+// deadlinePaths are where the kinds whose Jobs have a deadline keep it.
+var deadlinePaths = map[schema.GroupKind][]string{
+	{Group: "batch", Kind: "Job"}:     {"spec", "activeDeadlineSeconds"},
+	{Group: "batch", Kind: "CronJob"}: {"spec", "jobTemplate", "spec", "activeDeadlineSeconds"},
 }
 
 type podTemplate struct {
@@ -87,6 +96,11 @@ func decodeObject(v *fastjson.Value, gk schema.GroupKind) (*partialObject, error
 	}
 	if gk.Group == "" && gk.Kind == "Pod" {
 		o.NodeName = string(v.GetStringBytes("spec", "nodeName"))
+	}
+	if path, ok := deadlinePaths[gk]; ok {
+		if d := v.Get(path...); d != nil && d.Type() == fastjson.TypeNumber {
+			o.Deadline, o.DeadlinePath = d.String(), dotted(path)
+		}
 	}
 	if path, ok := templatePaths[gk]; ok {
 		if tpl := v.Get(path...); tpl != nil && tpl.Type() == fastjson.TypeObject {

@@ -521,8 +521,12 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	refused := make([]*refusedJobError, len(starts))
 	var wg sync.WaitGroup
 	for i, g := range starts {
+		var since time.Time
+		if g.Open {
+			since = waitingSince(jobs, seq, g)
+		}
 		wg.Go(func() {
-			j, cerr := r.createJob(ctx, seq, g)
+			j, cerr := r.createJob(ctx, seq, g, since)
 			if errors.As(cerr, &refused[i]) {
 				return
 			}

@@ -208,8 +208,11 @@ func waiterFailurePolicy() *batchv1.PodFailurePolicy {
 // createJob creates the wait Job of a group's current revision, unarmed (armJob gives it the
 // group's timeout when the group opens), and returns it; nil when there is nothing to arm: the
 // namespace is being deleted, or the Job exists already (a cache that has not seen it yet).
-func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group) (*batchv1.Job, error) {
+func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group, since time.Time) (*batchv1.Job, error) {
 	job := r.waitJob(seq, g)
+	if !since.IsZero() {
+		job.Annotations = map[string]string{keys.WaitingSinceAnnotation: since.UTC().Format(time.RFC3339Nano)}
+	}
 	// Its pod needs the waiter's ServiceAccount (the API server refuses the pod without it, and the
 	// Job controller would try again a second or more later): without one in the cache the Job is
 	// created suspended, and the waiter-RBAC controller resumes it once its access exists. With
@@ -248,22 +251,64 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 }
 
 // armJob gives a wait Job that started ahead of its group's turn the group's timeout, counted from
-// now, when the group opens, and records when (keys.WaitOpenedAnnotation). Only a Job without a
-// deadline is armed, so a restarted manager arms only what was not armed yet (a cache that lags
-// re-arms a moment later, which errs long).
+// now, when the group opens, and records when (keys.WaitOpenedAnnotation). A Job made for a new
+// revision of a group that was open and waiting (keys.WaitingSinceAnnotation, see waitingSince) counts
+// it from when the group opened instead, the first time it is armed: one disarmed since (its group
+// closed again) counts from its reopening. Only a Job without a deadline is armed, so a restarted
+// manager arms only what was not armed yet (a cache that lags re-arms a moment later, which errs
+// long).
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
 	now := r.now()
-	d := armDeadline(j.CreationTimestamp.Time, now, g.Timeout)
+	opened := now
+	if _, armedBefore := j.Annotations[keys.WaitOpenedAnnotation]; !armedBefore {
+		if t, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitingSinceAnnotation]); err == nil && t.Before(now) {
+			opened = t
+		}
+	}
+	d := armDeadline(j.CreationTimestamp.Time, opened, g.Timeout)
 	ops := patch.SetEntries([]patch.Operation{patch.Add("/spec/activeDeadlineSeconds", d)}, "/metadata/annotations", j.Annotations,
-		map[string]string{keys.WaitOpenedAnnotation: now.UTC().Format(time.RFC3339Nano)})
+		map[string]string{keys.WaitOpenedAnnotation: opened.UTC().Format(time.RFC3339Nano)})
 	gone, err := r.patchJSON(ctx, j, ops...)
 	if err != nil {
 		return fmt.Errorf("arming wait Job %s: %w", klog.KObj(j), err)
 	}
 	if !gone {
-		ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d)
+		ctrl.LoggerFrom(ctx).Info("Armed wait Job", "job", klog.KObj(j), "group", g.Name, "activeDeadlineSeconds", d,
+			"waitingFor", now.Sub(opened).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// waitingSince is when a group that is open and gets a new revision opened: the earliest opening
+// (keys.WaitOpenedAnnotation) of its earlier revisions' wait Jobs in the new Job's namespace that
+// are still armed and running (not complete, marked ready, failed or timed out). A group whose
+// members keep changing (two controllers fighting over a spec, an autoscaler resizing a workload
+// that never becomes available) would otherwise start its timeout afresh with each revision and
+// never time out, and the groups after it would wait for good. Zero: the group was released, timed
+// out or failed at its last revision (a fix, or an upgrade, gets its whole timeout), or it was not
+// waiting open. Only Jobs of the group's own sequence and group, by their labels and their
+// waiter's arguments, in the namespace where the new Job runs (a tenant's own, or wavegate's for a
+// shared sequence), so that nothing another tenant writes can start a group's clock early.
+func waitingSince(jobs []batchv1.Job, seq string, g *Group) time.Time {
+	var since time.Time
+	for i := range jobs {
+		j := &jobs[i]
+		if j.Namespace != g.JobNamespace || j.Name == g.JobName || j.Labels[keys.WaitSequenceLabel] != seq ||
+			j.Labels[keys.WaitGroupLabel] != g.Name || j.Spec.ActiveDeadlineSeconds == nil || StateOf(j) != JobRunning {
+			continue
+		}
+		if _, marked := j.Annotations[keys.WaiterReadyAnnotation]; marked {
+			continue
+		}
+		if a, ok := waiterArgs(j); !ok || a.Sequence != seq || a.Group != g.Name {
+			continue
+		}
+		opened, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitOpenedAnnotation])
+		if err == nil && (since.IsZero() || opened.Before(since)) {
+			since = opened
+		}
+	}
+	return since
 }
 
 // rearmDeadline is the deadline an armed wait Job of an open group should have: its group's

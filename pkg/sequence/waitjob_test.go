@@ -52,7 +52,7 @@ func TestCreateJobInTerminatingNamespace(t *testing.T) {
 			})
 			r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
 			g := &Group{Name: "web", JobName: "wavegate-wait-web-0123456789", JobNamespace: "shop"}
-			if _, err := r.createJob(context.Background(), "shop", g); (err != nil) != tc.wantErr {
+			if _, err := r.createJob(context.Background(), "shop", g, time.Time{}); (err != nil) != tc.wantErr {
 				t.Errorf("createJob() = %v, want error: %v", err, tc.wantErr)
 			}
 		})
@@ -177,7 +177,7 @@ func TestWaitJobStartsAtOnceWhenItsAccountExists(t *testing.T) {
 	r := &Reconciler{Client: c, Image: "wavegate:test", Namespace: "wavegate-system"}
 	for ns, suspended := range map[string]bool{"ready": false, "fresh": true, "foreign": true} {
 		g := &Group{Name: "web", JobName: "wavegate-wait-web-0123456789", JobNamespace: ns}
-		j, err := r.createJob(context.Background(), "shop", g)
+		j, err := r.createJob(context.Background(), "shop", g, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
