@@ -9,6 +9,10 @@ const (
 	// EnabledLabel on a Namespace opts it in: "true".
 	EnabledLabel = Domain + "/enabled"
 
+	// SystemLabel on wavegate's own namespace: "true". The owned-labels admission policy
+	// (config/webhook) lets only opted-in namespaces and this one have wait Jobs and waiter access.
+	SystemLabel = Domain + "/system"
+
 	// GroupLabel names the group an object belongs to. A WavePolicy may name another label
 	// (spec.groupLabel) that carries the group too.
 	GroupLabel = Domain + "/group"

@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -38,39 +39,66 @@ func TestChurningGroupTimesOut(t *testing.T) {
 		}}).Build()
 	r := &Reconciler{Client: c, Tracker: &members.Tracker{}, Image: "wavegate:test", Namespace: "wavegate-system", Now: func() time.Time { return now }}
 	gen := int64(0)
-	// pass runs one pass on a new revision of db, and returns db's wait Job and when it times out.
-	pass := func() (*batchv1.Job, time.Time) {
+	// pass runs one pass, on a new revision of db when bump, with the pass's consistent read opening
+	// db when read (else its new Job waits unarmed, as under a settle), and with an earlier group
+	// schema that is not released when earlier (db is closed). It returns db's wait Job and when it
+	// times out (zero: not armed).
+	pass := func(bump, read, earlier bool) (*batchv1.Job, time.Time) {
 		t.Helper()
-		gen++
+		if bump {
+			gen++
+		}
 		var jobs batchv1.JobList
 		if err := c.List(ctx, &jobs); err != nil {
 			t.Fatal(err)
 		}
-		plan := Plan("shop", []Member{m("db", 1, "shop", "db", gen), m("web", 2, "shop", "web", 1)}, nil, jobStates(jobs.Items, nil), "wavegate-system")
-		gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
-		if _, err := gate.Open("db"); err != nil { // the pass's consistent read, as when it releases pods
-			t.Fatal(err)
+		ms := []Member{m("db", 1, "shop", "db", gen), m("web", 2, "shop", "web", 1)}
+		if earlier {
+			ms = append(ms, m("schema", 0, "shop", "schema", 1))
 		}
-		if _, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
+		plan := Plan("shop", ms, nil, jobStates(jobs.Items, nil), "wavegate-system")
+		gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
+		if read {
+			if _, err := gate.Open("db"); err != nil { // the pass's consistent read, as when it releases pods
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, nil, gate, &teardown.Result{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.deleteStaleJobs(ctx, r.Tracker.Generation(), plan, jobs.Items); err != nil {
 			t.Fatal(err)
 		}
+		var db *Group
+		for _, g := range plan {
+			if g.Name == "db" {
+				db = g
+			}
+		}
 		j := &batchv1.Job{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: plan[0].JobName}, j); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: db.JobName}, j); err != nil {
 			t.Fatal(err)
 		}
 		if j.Spec.ActiveDeadlineSeconds == nil {
-			t.Fatalf("db's wait Job %s is not armed", j.Name)
+			return j, time.Time{}
 		}
 		return j, j.CreationTimestamp.Add(time.Duration(*j.Spec.ActiveDeadlineSeconds) * time.Second)
 	}
 	opened := now
 	var j *batchv1.Job
-	for range 15 { // 15 minutes, one revision a minute, against a 10 minute timeout
+	for i := range 15 { // 15 minutes, one revision a minute, against a 10 minute timeout
+		// Every other revision comes under a settle: its Job is made, and armed only by the next
+		// pass, which already sees the revision after it.
+		read := i%2 == 0
 		var deadline time.Time
-		j, deadline = pass()
+		j, deadline = pass(true, read, false)
+		if !read {
+			if !deadline.IsZero() {
+				t.Fatalf("db's wait Job %s was armed without the read", j.Name)
+			}
+			now = now.Add(time.Minute)
+			continue
+		}
 		want := opened.Add(policy.DefaultTimeout)
 		if now.After(want) {
 			want = now // past it: at once (the shortest deadline, a second)
@@ -92,12 +120,26 @@ func TestChurningGroupTimesOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		var deadline time.Time
-		j, deadline = pass()
+		j, deadline = pass(true, true, false)
 		if want := now.Add(policy.DefaultTimeout); deadline.Before(want) {
 			t.Errorf("after db's Job %s, its next revision's Job times out at +%s from its creation, want its whole timeout %s",
 				end, deadline.Sub(now), policy.DefaultTimeout)
 		}
 		now = now.Add(time.Minute)
+	}
+
+	// db waits open again (a revision of the last armed, running Job's), then closes behind a new
+	// earlier group for 20 minutes before its next Job is armed: it reopens with its whole timeout.
+	now = now.Add(time.Minute)
+	if _, deadline := pass(true, false, false); !deadline.IsZero() {
+		t.Fatal("armed without the read")
+	}
+	pass(false, false, true)
+	now = now.Add(20 * time.Minute)
+	j, deadline := pass(false, true, false)
+	if want := now.Add(policy.DefaultTimeout); deadline.Before(want) {
+		t.Errorf("db reopened after 20 minutes closed, and its wait Job %s times out %s after its reopening, want its whole timeout %s",
+			j.Name, deadline.Sub(now), policy.DefaultTimeout)
 	}
 }
 
@@ -137,9 +179,23 @@ func TestWaitingSince(t *testing.T) {
 		{name: "in another namespace (another tenant's, naming this sequence)", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.Namespace = "other" })}},
 		{name: "another group's labels", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.Labels[keys.WaitGroupLabel] = "web" })}},
 		{name: "no waiter of the group", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Args = nil })}},
+		{name: "its waiter's pod exited 0", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.UID = "exited" })}},
+		{name: "not armed yet, made with the group's opening", want: t0, jobs: []batchv1.Job{old(2, t0.Add(time.Minute), func(j *batchv1.Job) {
+			j.Spec.ActiveDeadlineSeconds = nil
+			j.Annotations = map[string]string{keys.WaitingSinceAnnotation: t0.Format(time.RFC3339Nano)}
+		})}},
+		{name: "disarmed (its group closed again)", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) {
+			j.Spec.ActiveDeadlineSeconds = nil
+			j.Annotations[keys.WaitingSinceAnnotation] = t0.Format(time.RFC3339Nano)
+		})}},
+		{name: "not armed, being deleted", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) {
+			j.Spec.ActiveDeadlineSeconds = nil
+			j.Annotations = map[string]string{keys.WaitingSinceAnnotation: t0.Format(time.RFC3339Nano)}
+			j.DeletionTimestamp = &metav1.Time{Time: t0}
+		})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := waitingSince(tc.jobs, "shop", g); !got.Equal(tc.want) {
+			if got := waitingSince(tc.jobs, map[types.UID]time.Time{"exited": t0}, "shop", g); !got.Equal(tc.want) {
 				t.Errorf("waitingSince = %v, want %v", got, tc.want)
 			}
 		})

@@ -279,7 +279,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// would wait again, the new pods of the groups after them too. Such a pass leaves the Jobs alone
 	// (openJobs and deleteStaleJobs return errViewChanged) and is retried. (Gates are removed only on
 	// the consistent read, the status is written only on an unmoved view.)
-	armLater, refusedJobs, err := r.openJobs(ctx, view, seq, plan, jobs, gate, td)
+	armLater, refusedJobs, err := r.openJobs(ctx, view, seq, plan, jobs, succeeded, gate, td)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -460,7 +460,8 @@ func disarmJobs(plan []*Group, armed func(*Group) bool) []*Group {
 // creation, arms at once. A Job this pass creates is armed by it when the pass has made that read
 // and the read opened its group. Nothing is done once the tracker's view has moved past the one
 // the plan was made on (view): errViewChanged.
-func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan []*Group, jobs []batchv1.Job, gate *opener, td *teardown.Result) (time.Duration, []*refusedJobError, error) {
+func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan []*Group, jobs []batchv1.Job, succeeded map[types.UID]time.Time,
+	gate *opener, td *teardown.Result) (time.Duration, []*refusedJobError, error) {
 	if r.viewMoved(view) {
 		return 0, nil, errViewChanged
 	}
@@ -484,6 +485,15 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	disarm := disarmJobs(plan, func(g *Group) bool {
 		j := byKey[g.JobNamespace+"/"+g.JobName]
 		return j != nil && j.DeletionTimestamp == nil && j.Spec.ActiveDeadlineSeconds != nil
+	})
+	unstamp := unstampJobs(plan, func(g *Group) bool {
+		j := byKey[g.JobNamespace+"/"+g.JobName]
+		if j == nil || j.DeletionTimestamp != nil {
+			return false
+		}
+		_, stamped := j.Annotations[keys.WaitingSinceAnnotation]
+		_, armedBefore := j.Annotations[keys.WaitOpenedAnnotation]
+		return stamped && !armedBefore
 	})
 	starts := startJobs(plan)
 	rearm := map[*Group]int64{}
@@ -523,7 +533,7 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	for i, g := range starts {
 		var since time.Time
 		if g.Open {
-			since = waitingSince(jobs, seq, g)
+			since = waitingSince(jobs, succeeded, seq, g)
 		}
 		wg.Go(func() {
 			j, cerr := r.createJob(ctx, seq, g, since)
@@ -545,6 +555,9 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	}
 	for _, g := range disarm {
 		wg.Go(func() { fail(r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
+	}
+	for _, g := range unstamp {
+		wg.Go(func() { fail(r.unstampJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
 	}
 	for g, d := range rearm {
 		wg.Go(func() { fail(r.rearmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g, d)) })

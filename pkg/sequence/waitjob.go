@@ -279,22 +279,28 @@ func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error
 	return nil
 }
 
-// waitingSince is when a group that is open and gets a new revision opened: the earliest opening
-// (keys.WaitOpenedAnnotation) of its earlier revisions' wait Jobs in the new Job's namespace that
-// are still armed and running (not complete, marked ready, failed or timed out). A group whose
-// members keep changing (two controllers fighting over a spec, an autoscaler resizing a workload
-// that never becomes available) would otherwise start its timeout afresh with each revision and
-// never time out, and the groups after it would wait for good. Zero: the group was released, timed
-// out or failed at its last revision (a fix, or an upgrade, gets its whole timeout), or it was not
-// waiting open. Only Jobs of the group's own sequence and group, by their labels and their
-// waiter's arguments, in the namespace where the new Job runs (a tenant's own, or wavegate's for a
-// shared sequence), so that nothing another tenant writes can start a group's clock early.
-func waitingSince(jobs []batchv1.Job, seq string, g *Group) time.Time {
+// waitingSince is when a group that is open and gets a new revision opened: the earliest opening of
+// its earlier revisions' wait Jobs in the new Job's namespace that are still running and have not
+// found the group ready (no mark, no Complete condition, no pod that exited 0: succeeded). An
+// armed one's opening is its keys.WaitOpenedAnnotation; one not armed yet (a settle, a read that
+// did not open the group yet) carries the opening it was made with (keys.WaitingSinceAnnotation),
+// which unstampJobs removes from a Job whose group is seen closed. A group whose members keep
+// changing (two controllers fighting over a spec, an autoscaler resizing a workload that never
+// becomes available) would otherwise start its timeout afresh with each revision and never time
+// out, and the groups after it would wait for good. Zero: the group was released, timed out or
+// failed at its last revision (a fix, or an upgrade, gets its whole timeout), or it was not waiting
+// open. Only Jobs of the group's own sequence and group, by their labels and their waiter's
+// arguments, in the namespace where the new Job runs (a tenant's own, or wavegate's for a shared
+// sequence), so that nothing another tenant writes can start a group's clock early.
+func waitingSince(jobs []batchv1.Job, succeeded map[types.UID]time.Time, seq string, g *Group) time.Time {
 	var since time.Time
 	for i := range jobs {
 		j := &jobs[i]
 		if j.Namespace != g.JobNamespace || j.Name == g.JobName || j.Labels[keys.WaitSequenceLabel] != seq ||
-			j.Labels[keys.WaitGroupLabel] != g.Name || j.Spec.ActiveDeadlineSeconds == nil || StateOf(j) != JobRunning {
+			j.Labels[keys.WaitGroupLabel] != g.Name || StateOf(j) != JobRunning {
+			continue
+		}
+		if _, ok := succeeded[j.UID]; ok {
 			continue
 		}
 		if _, marked := j.Annotations[keys.WaiterReadyAnnotation]; marked {
@@ -304,11 +310,49 @@ func waitingSince(jobs []batchv1.Job, seq string, g *Group) time.Time {
 			continue
 		}
 		opened, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitOpenedAnnotation])
+		if j.Spec.ActiveDeadlineSeconds == nil {
+			// Not armed: only one never armed, and not being deleted (a disarmed Job's group closed
+			// again), counts, by the opening it was made with.
+			if err == nil || j.DeletionTimestamp != nil {
+				continue
+			}
+			opened, err = time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitingSinceAnnotation])
+		}
 		if err == nil && (since.IsZero() || opened.Before(since)) {
 			since = opened
 		}
 	}
 	return since
+}
+
+// unstampJobs returns the groups that are not open whose wait Job was made with the opening of an
+// earlier revision (keys.WaitingSinceAnnotation) and has not been armed since: their group closed
+// again (an earlier group changed), so when it reopens its timeout counts from then, as for a Job
+// that was disarmed. stamped reports whether a group's Job is such a Job.
+func unstampJobs(plan []*Group, stamped func(*Group) bool) []*Group {
+	var out []*Group
+	for _, g := range plan {
+		if g.JobName != "" && !g.Open && stamped(g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// unstampJob removes keys.WaitingSinceAnnotation from a wait Job (unstampJobs).
+func (r *Reconciler) unstampJob(ctx context.Context, j *batchv1.Job, g *Group) error {
+	gone, err := r.patchJSON(ctx, j, patch.Remove(patch.Pointer("/metadata/annotations", keys.WaitingSinceAnnotation)))
+	if apierrors.IsInvalid(err) {
+		return nil // gone already (a cache behind an earlier removal)
+	}
+	if err != nil {
+		return fmt.Errorf("removing the earlier opening from wait Job %s: %w", klog.KObj(j), err)
+	}
+	if !gone {
+		ctrl.LoggerFrom(ctx).Info("Forgot the earlier opening of wait Job", "job", klog.KObj(j), "group", g.Name,
+			"reason", "its group is no longer open: its timeout counts from when it reopens")
+	}
+	return nil
 }
 
 // rearmDeadline is the deadline an armed wait Job of an open group should have: its group's

@@ -217,7 +217,7 @@ func TestJustCreatedJobArmedByAPassThatReads(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		later, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, gate, td)
+		later, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, nil, gate, td)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +327,7 @@ func TestJobsCreatedAndArmedSideBySide(t *testing.T) {
 		t.Fatalf("plan: %+v, %+v; want db open with its Job running, web prestarted", plan[0], plan[1])
 	}
 	gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
-	if _, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, gate, &teardown.Result{}); err != nil {
+	if _, _, err := r.openJobs(ctx, r.Tracker.Generation(), "shop", plan, jobs.Items, nil, gate, &teardown.Result{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.List(ctx, &jobs); err != nil {
@@ -625,7 +625,7 @@ func TestJobsAreLeftAloneOnAMovedView(t *testing.T) {
 		}
 		ctx := context.Background()
 		gate := newOpener(openGroups(plan), func() (openness, error) { return openGroups(plan), nil })
-		_, _, openErr := r.openJobs(ctx, view, "shop", plan, []batchv1.Job{*released}, gate, &teardown.Result{})
+		_, _, openErr := r.openJobs(ctx, view, "shop", plan, []batchv1.Job{*released}, nil, gate, &teardown.Result{})
 		deleteErr := r.deleteStaleJobs(ctx, view, plan, []batchv1.Job{*released})
 		var left batchv1.JobList
 		if err := c.List(ctx, &left); err != nil {

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/manager"
 )
 
@@ -98,7 +99,7 @@ func Start() (*Env, error) {
 	if e.Client, err = client.New(e.Config, client.Options{Scheme: manager.Scheme()}); err != nil {
 		return nil, err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: WavegateNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: WavegateNamespace, Labels: map[string]string{keys.SystemLabel: "true"}}}
 	if err := e.Client.Create(context.Background(), ns); err != nil {
 		return nil, err
 	}

@@ -53,9 +53,10 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	ns, elsewhere := namespace(t, true), namespace(t, false)
 	waiter := sequence.WaiterServiceAccount
 
-	// The API server loads a policy a moment after it is created.
+	// The API server loads a policy a moment after it is created. (A wait Job there, labeled, is
+	// refused by the owned-labels policy first: TestOwnedLabelsOnlyWhereWavegateWorks.)
 	g.Eventually(func() error {
-		return mgr.Create(ctx, waitJob(elsewhere, "wavegate-wait-a", waiter))
+		return mgr.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: waiter, Namespace: elsewhere}})
 	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("only in namespaces labeled wavegate.io/enabled=true")))
 	g.Expect(mgr.Create(ctx, waitJob(ns, "wavegate-wait-a", waiter))).To(Succeed())
 	g.Expect(mgr.Create(ctx, waitJob(framework.WavegateNamespace, "wavegate-wait-a", waiter))).To(Succeed())
@@ -158,7 +159,9 @@ func TestManagerWritesOnlyWhatWavegateMakes(t *testing.T) {
 	// the waiter's, whose rules escalate would otherwise let it rewrite, and whose binding bind would
 	// let it extend. Both this policy and manager-updates (TestManagerUpdatesOnlyFinalizersAndItsGate)
 	// refuse such a change; the API server names one of them.
-	g.Expect(env.Client.Create(ctx, waitJob(elsewhere, "batch", "default"))).To(Succeed())
+	tenantJob := waitJob(elsewhere, "batch", "default")
+	tenantJob.Labels = nil // labeled, it would be refused there by the owned-labels policy
+	g.Expect(env.Client.Create(ctx, tenantJob)).To(Succeed())
 	member := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: elsewhere, Finalizers: []string{keys.TeardownFinalizer}},
 		Rules: []rbacv1.PolicyRule{secrets}}
 	g.Expect(env.Client.Create(ctx, member)).To(Succeed())
