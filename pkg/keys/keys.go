@@ -50,9 +50,10 @@ const (
 	// nanoseconds), written when the Job is armed, so that a changed timeout is counted from then.
 	WaitOpenedAnnotation = Domain + "/opened-at"
 	// WaitingSinceAnnotation on a wait Job made for a new revision of a group that was open and
-	// waiting (its earlier revision's Job armed and running) records when the group opened (RFC 3339
-	// with nanoseconds): the Job's timeout counts from then when it is first armed, so that a group
-	// whose members keep changing still times out.
+	// waiting (its earlier revision's Job running, armed or made with this annotation itself)
+	// records when the group opened (RFC 3339 with nanoseconds): the Job's timeout counts from then
+	// when it is first armed, so that a group whose members keep changing still times out. It is
+	// removed when the group is seen closed before the Job is armed.
 	WaitingSinceAnnotation = Domain + "/waiting-since"
 	// WaiterRBACLabel marks the ServiceAccounts, Roles and bindings wavegate provisions for waiters.
 	WaiterRBACLabel = Domain + "/waiter-rbac"

@@ -79,6 +79,9 @@ func TestChurningGroupTimesOut(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: db.JobName}, j); err != nil {
 			t.Fatal(err)
 		}
+		if _, ok := j.Annotations[keys.ArgoCDSyncWaveAnnotation]; !ok {
+			t.Fatalf("db's wait Job %s lost its sync wave: annotations %v", j.Name, j.Annotations)
+		}
 		if j.Spec.ActiveDeadlineSeconds == nil {
 			return j, time.Time{}
 		}
@@ -170,9 +173,7 @@ func TestWaitingSince(t *testing.T) {
 			jobs: []batchv1.Job{old(2, t0.Add(time.Minute), nil), old(3, t0, nil)}},
 		{name: "its own Job", jobs: []batchv1.Job{old(1, t0, nil)}},
 		{name: "unarmed", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.Spec.ActiveDeadlineSeconds = nil })}},
-		{name: "its waiter found the group ready", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) {
-			j.Annotations[keys.WaiterReadyAnnotation] = t0.Format(time.RFC3339Nano)
-		})}},
+		{name: "its waiter found the group ready (a mark of its own arguments)", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) { j.UID = "marked" })}},
 		{name: "timed out", jobs: []batchv1.Job{old(2, t0, func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded}}
 		})}},
@@ -195,7 +196,7 @@ func TestWaitingSince(t *testing.T) {
 		})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := waitingSince(tc.jobs, map[types.UID]time.Time{"exited": t0}, "shop", g); !got.Equal(tc.want) {
+			if got := waitingSince(tc.jobs, map[types.UID]time.Time{"exited": t0, "marked": t0}, "shop", g); !got.Equal(tc.want) {
 				t.Errorf("waitingSince = %v, want %v", got, tc.want)
 			}
 		})

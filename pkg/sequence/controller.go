@@ -530,6 +530,20 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	}
 	refused := make([]*refusedJobError, len(starts))
 	var wg sync.WaitGroup
+	// Groups that closed again lose their clock first: until then no Job is created (an earlier
+	// group's, whose release would reopen them). A disarm that failed, then a restart while that
+	// group is released, would otherwise leave the reopened group armed from its earlier opening.
+	closing := make([]error, len(disarm)+len(unstamp))
+	for i, g := range disarm {
+		wg.Go(func() { closing[i] = r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g) })
+	}
+	for i, g := range unstamp {
+		wg.Go(func() { closing[len(disarm)+i] = r.unstampJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g) })
+	}
+	wg.Wait()
+	if cerr := errors.Join(closing...); cerr != nil {
+		return later, nil, errors.Join(err, cerr)
+	}
 	for i, g := range starts {
 		var since time.Time
 		if g.Open {
@@ -552,12 +566,6 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 	}
 	for _, g := range arm {
 		wg.Go(func() { fail(r.armJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
-	}
-	for _, g := range disarm {
-		wg.Go(func() { fail(r.disarmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
-	}
-	for _, g := range unstamp {
-		wg.Go(func() { fail(r.unstampJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g)) })
 	}
 	for g, d := range rearm {
 		wg.Go(func() { fail(r.rearmJob(ctx, byKey[g.JobNamespace+"/"+g.JobName], g, d)) })

@@ -211,7 +211,10 @@ func waiterFailurePolicy() *batchv1.PodFailurePolicy {
 func (r *Reconciler) createJob(ctx context.Context, seq string, g *Group, since time.Time) (*batchv1.Job, error) {
 	job := r.waitJob(seq, g)
 	if !since.IsZero() {
-		job.Annotations = map[string]string{keys.WaitingSinceAnnotation: since.UTC().Format(time.RFC3339Nano)}
+		if job.Annotations == nil {
+			job.Annotations = map[string]string{}
+		}
+		job.Annotations[keys.WaitingSinceAnnotation] = since.UTC().Format(time.RFC3339Nano)
 	}
 	// Its pod needs the waiter's ServiceAccount (the API server refuses the pod without it, and the
 	// Job controller would try again a second or more later): without one in the cache the Job is
@@ -301,10 +304,7 @@ func waitingSince(jobs []batchv1.Job, succeeded map[types.UID]time.Time, seq str
 			continue
 		}
 		if _, ok := succeeded[j.UID]; ok {
-			continue
-		}
-		if _, marked := j.Annotations[keys.WaiterReadyAnnotation]; marked {
-			continue
+			continue // its waiter's mark (of the Job's own arguments: succeededWaiters), or its pod's exit 0
 		}
 		if a, ok := waiterArgs(j); !ok || a.Sequence != seq || a.Group != g.Name {
 			continue
@@ -341,10 +341,10 @@ func unstampJobs(plan []*Group, stamped func(*Group) bool) []*Group {
 
 // unstampJob removes keys.WaitingSinceAnnotation from a wait Job (unstampJobs).
 func (r *Reconciler) unstampJob(ctx context.Context, j *batchv1.Job, g *Group) error {
-	gone, err := r.patchJSON(ctx, j, patch.Remove(patch.Pointer("/metadata/annotations", keys.WaitingSinceAnnotation)))
-	if apierrors.IsInvalid(err) {
-		return nil // gone already (a cache behind an earlier removal)
-	}
+	gone, err := r.removeFromJob(ctx, j, patch.Pointer("/metadata/annotations", keys.WaitingSinceAnnotation), func(cur *batchv1.Job) bool {
+		_, ok := cur.Annotations[keys.WaitingSinceAnnotation]
+		return ok
+	})
 	if err != nil {
 		return fmt.Errorf("removing the earlier opening from wait Job %s: %w", klog.KObj(j), err)
 	}
@@ -393,18 +393,7 @@ func (r *Reconciler) rearmJob(ctx context.Context, j *batchv1.Job, g *Group, d i
 // removal fail (422: the path is gone); the Job is then read, and only a deadline it still has is
 // an error.
 func (r *Reconciler) disarmJob(ctx context.Context, j *batchv1.Job, g *Group) error {
-	gone, err := r.patchJSON(ctx, j, patch.Remove("/spec/activeDeadlineSeconds"))
-	if apierrors.IsInvalid(err) && r.APIReader != nil {
-		cur := &batchv1.Job{}
-		switch rerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(j), cur); {
-		case apierrors.IsNotFound(rerr):
-			return nil
-		case rerr != nil:
-			return fmt.Errorf("reading wait Job %s: %w", klog.KObj(j), rerr)
-		case cur.Spec.ActiveDeadlineSeconds == nil:
-			return nil
-		}
-	}
+	gone, err := r.removeFromJob(ctx, j, "/spec/activeDeadlineSeconds", func(cur *batchv1.Job) bool { return cur.Spec.ActiveDeadlineSeconds != nil })
 	if err != nil {
 		return fmt.Errorf("disarming wait Job %s: %w", klog.KObj(j), err)
 	}
@@ -413,6 +402,26 @@ func (r *Reconciler) disarmJob(ctx context.Context, j *batchv1.Job, g *Group) er
 			"reason", "its group is no longer open: its timeout counts again from when it reopens")
 	}
 	return nil
+}
+
+// removeFromJob removes path from a wait Job. A cache that had not seen an earlier removal makes
+// it fail (422: the path is gone); the Job is then read, and only one that still has it (has) is an
+// error, and one that is gone is reported.
+func (r *Reconciler) removeFromJob(ctx context.Context, j *batchv1.Job, path string, has func(*batchv1.Job) bool) (gone bool, err error) {
+	gone, err = r.patchJSON(ctx, j, patch.Remove(path))
+	if !apierrors.IsInvalid(err) || r.APIReader == nil {
+		return gone, err
+	}
+	cur := &batchv1.Job{}
+	switch rerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(j), cur); {
+	case apierrors.IsNotFound(rerr):
+		return true, nil
+	case rerr != nil:
+		return false, fmt.Errorf("reading wait Job %s: %w", klog.KObj(j), rerr)
+	case !has(cur):
+		return true, nil
+	}
+	return false, err
 }
 
 // patchJSON applies a JSON patch to obj as wavegate's field manager; an object that is gone is

@@ -33,6 +33,9 @@ func TestOwnedLabelsOnlyWhereWavegateWorks(t *testing.T) {
 	}).WithTimeout(10 * time.Second).Should(MatchError(ContainSubstring("metadata.labels[wavegate.io/wait-job]: only wavegate sets this label")))
 	g.Expect(env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: elsewhere, Labels: rbacLabel}})).
 		To(MatchError(ContainSubstring("metadata.labels[wavegate.io/waiter-rbac]: only wavegate sets this label")))
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: elsewhere, Labels: map[string]string{keys.WaitJobLabel: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+	g.Expect(env.Client.Create(ctx, pod)).To(MatchError(ContainSubstring("metadata.labels[wavegate.io/wait-job]")), "a pod (the manager caches wait Jobs' pods)")
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: elsewhere}}
 	g.Expect(env.Client.Create(ctx, sa)).To(Succeed(), "an object without the labels")
 	sa.Labels = rbacLabel
