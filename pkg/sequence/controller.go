@@ -491,9 +491,8 @@ func (r *Reconciler) openJobs(ctx context.Context, view uint64, seq string, plan
 		if j == nil || j.DeletionTimestamp != nil {
 			return false
 		}
-		_, stamped := j.Annotations[keys.WaitingSinceAnnotation]
-		_, armedBefore := j.Annotations[keys.WaitOpenedAnnotation]
-		return stamped && !armedBefore
+		_, carried := carriedOpening(j)
+		return carried
 	})
 	starts := startJobs(plan)
 	rearm := map[*Group]int64{}

@@ -263,10 +263,8 @@ func armDeadline(created, now time.Time, timeout time.Duration) int64 {
 func (r *Reconciler) armJob(ctx context.Context, j *batchv1.Job, g *Group) error {
 	now := r.now()
 	opened := now
-	if _, armedBefore := j.Annotations[keys.WaitOpenedAnnotation]; !armedBefore {
-		if t, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitingSinceAnnotation]); err == nil && t.Before(now) {
-			opened = t
-		}
+	if t, ok := carriedOpening(j); ok && t.Before(now) {
+		opened = t
 	}
 	d := armDeadline(j.CreationTimestamp.Time, opened, g.Timeout)
 	ops := patch.SetEntries([]patch.Operation{patch.Add("/spec/activeDeadlineSeconds", d)}, "/metadata/annotations", j.Annotations,
@@ -309,20 +307,31 @@ func waitingSince(jobs []batchv1.Job, succeeded map[types.UID]time.Time, seq str
 		if a, ok := waiterArgs(j); !ok || a.Sequence != seq || a.Group != g.Name {
 			continue
 		}
-		opened, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitOpenedAnnotation])
-		if j.Spec.ActiveDeadlineSeconds == nil {
-			// Not armed: only one never armed, and not being deleted (a disarmed Job's group closed
-			// again), counts, by the opening it was made with.
-			if err == nil || j.DeletionTimestamp != nil {
-				continue
-			}
-			opened, err = time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitingSinceAnnotation])
+		var opened time.Time
+		var ok bool
+		if j.Spec.ActiveDeadlineSeconds != nil {
+			t, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitOpenedAnnotation])
+			opened, ok = t, err == nil
+		} else if j.DeletionTimestamp == nil {
+			// Not armed: only one never armed (a disarmed Job's group closed again), and not being
+			// deleted, counts, by the opening it was made with.
+			opened, ok = carriedOpening(j)
 		}
-		if err == nil && (since.IsZero() || opened.Before(since)) {
+		if ok && (since.IsZero() || opened.Before(since)) {
 			since = opened
 		}
 	}
 	return since
+}
+
+// carriedOpening is the opening a wait Job was made with (keys.WaitingSinceAnnotation, see
+// waitingSince) while it has never been armed (no keys.WaitOpenedAnnotation); false otherwise.
+func carriedOpening(j *batchv1.Job) (time.Time, bool) {
+	if _, armed := j.Annotations[keys.WaitOpenedAnnotation]; armed {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, j.Annotations[keys.WaitingSinceAnnotation])
+	return t, err == nil
 }
 
 // unstampJobs returns the groups that are not open whose wait Job was made with the opening of an
