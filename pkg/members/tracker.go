@@ -85,6 +85,7 @@ type tracked struct {
 	started  time.Time
 	stall    time.Duration
 	informer cache.SharedIndexInformer
+	arrivals arrivals
 	ctx      context.Context
 	cancel   context.CancelFunc
 	health   listHealth
@@ -575,7 +576,13 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 		cache.SharedIndexInformerOptions{ObjectDescription: k.GVR.String(),
 			Indexers: cache.Indexers{SequenceIndex: sequenceIndex, cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}})
 	tr.informer = inf
-	_ = inf.SetTransform(t.strip)
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		obj, err := t.strip(obj)
+		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil {
+			tr.arrivals.record(u, time.Now())
+		}
+		return obj, err
+	})
 	// The reflector reports here what ended a list and watch.
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -597,7 +604,15 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 			}
 			notify(obj)
 		},
-		DeleteFunc: notify,
+		DeleteFunc: func(obj any) {
+			if o, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = o.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				tr.arrivals.forget(u.GetUID())
+			}
+			notify(obj)
+		},
 	})
 	ictx, cancel := context.WithCancel(ctx)
 	tr.ctx, tr.cancel = ictx, cancel
@@ -905,6 +920,9 @@ func (t *Tracker) Discovered() bool {
 type Object struct {
 	Kind Kind
 	*unstructured.Unstructured
+	// Arrived is when the tracker's informer first received the object in its present state as
+	// far as membership goes (see arrivals); zero when not known.
+	Arrived time.Time
 }
 
 // Members returns the tracked objects of a sequence that are group members: not owned by a
@@ -928,7 +946,7 @@ func (t *Tracker) objects(sequence string, keep func(metav1.Object) bool) []Obje
 		for _, it := range items {
 			u := it.(*unstructured.Unstructured)
 			if keep(u) {
-				out = append(out, Object{Kind: tr.kind, Unstructured: u})
+				out = append(out, Object{Kind: tr.kind, Unstructured: u, Arrived: tr.arrivals.arrived(u)})
 			}
 		}
 	}

@@ -138,10 +138,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// wavegate acts only in opted-in namespaces: what it holds elsewhere (a namespace opted out) is
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
+	// When the members were read: the settle dates their changes by when the cache received them,
+	// or by the end of this read, not of the reads below.
+	rd := reading{started: r.now(), policies: idx, arrived: map[types.UID]time.Time{}}
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
-	// When the members were read: the settle dates their changes by it, not by the end of the
-	// reads below, which would shorten the gaps it learns an apply's pace from.
-	read := r.now()
+	rd.ended = r.now()
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -162,6 +163,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			m.Ready = ptr.To(checker(idx, m).CheckIn(o.Unstructured, env))
 			ms = append(ms, m)
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})
+			if !o.Arrived.IsZero() {
+				rd.arrived[m.UID] = o.Arrived
+			}
 		}
 	}
 	succeeded, err := r.succeededWaiters(ctx, seq, jobs)
@@ -217,7 +221,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	held := r.settling.wait(seq, plan, read)
+	held := r.settling.wait(seq, plan, rd)
 	if held.Wait > 0 {
 		opening = opening.closed()
 	}
@@ -243,7 +247,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			errs = append(errs, err)
 		}
 		if len(errs) > 0 || len(gated.gated) > 0 {
-			return ctrl.Result{RequeueAfter: held.Wait}, errors.Join(errs...)
+			return ctrl.Result{RequeueAfter: r.left(held.Wait, rd.ended)}, errors.Join(errs...)
 		}
 		if r.Tracker.Generation() != view {
 			return ctrl.Result{}, errViewChanged
@@ -304,7 +308,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	observeReleases(plan, jobs, succeeded, gated, r.now())
-	requeue := minPositive(minPositive(td.Requeue, armLater), held.Recheck)
+	requeue := minPositive(minPositive(td.Requeue, armLater), r.left(held.Recheck, rd.ended))
 	if err := <-status; err != nil {
 		errs = append(errs, err)
 	} else {
@@ -314,6 +318,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
+}
+
+// left returns what is left now of a wait d that began at from (none if d is none): the settle's
+// recheck counts from the members' read, not from the end of the pass that read them.
+func (r *Reconciler) left(d time.Duration, from time.Time) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return max(d-r.now().Sub(from), time.Nanosecond)
 }
 
 // anyGated reports whether a pod carries wavegate's gate and is not being deleted.

@@ -1,9 +1,15 @@
 package sequence
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"wavegate.io/wavegate/pkg/policy"
 )
 
 // membershipSettle is how long, at least, a sequence's members must stay the same (none added,
@@ -74,6 +80,11 @@ type settled struct {
 	// slower than the settle lets the earlier group open on the objects it created first (its
 	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
 	pace time.Duration
+	// What the last pass read: when it began reading, with which policies, and each member's group
+	// and generation (memberKey), to date the next pass's changes by.
+	read     time.Time
+	policies *policy.Index
+	keys     map[types.UID]string
 }
 
 // settle is how long the members must stay the same.
@@ -95,30 +106,48 @@ type hold struct {
 	Recheck time.Duration
 }
 
-// wait returns the hold on a sequence's groups, given its plan now: now is a moment after its
-// members were read (a change is never dated before it was seen).
-func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
+// reading is one pass's read of a sequence's members, for the settle to date their changes by.
+type reading struct {
+	// The members were read from the cache between started and ended.
+	started, ended time.Time
+	policies       *policy.Index
+	// arrived is, per member, when the cache received its object in its present state as far as
+	// membership goes (members.Object.Arrived), where known.
+	arrived map[types.UID]time.Time
+}
+
+// wait returns the hold on a sequence's groups, given its plan on the members a pass read.
+func (s *settling) wait(seq string, plan []*Group, rd reading) hold {
 	members := membership(plan)
+	now := rd.ended
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seen == nil {
 		s.seen = map[string]settled{}
 	}
 	cur, ok := s.seen[seq]
-	switch {
-	case !ok || cur.members != members:
-		if !ok || cur.quiet {
-			cur.changing = now
+	if !ok || cur.members != members {
+		for i, at := range changeDates(cur, ok, plan, rd) {
+			if i == 0 && (!ok || cur.quiet) {
+				cur.changing = at
+			}
+			if gap := at.Sub(cur.since); (ok || i > 0) && gap <= paceHorizon {
+				cur.pace = max(cur.pace, gap)
+			} else {
+				cur.pace = 0
+			}
+			if at.After(cur.since) {
+				cur.since = at
+			}
 		}
-		if gap := now.Sub(cur.since); ok && gap <= paceHorizon {
-			cur.pace = max(cur.pace, gap)
-		} else {
-			cur.pace = 0
-		}
-		cur.members, cur.since, cur.quiet = members, now, false
-	case now.Sub(cur.since) >= cur.settle():
+		cur.members, cur.quiet = members, false
+	}
+	// Changes are dated by when the cache received them, so a pass may see the last of them
+	// already a settle old: nothing has changed since, and the members are quiet.
+	if now.Sub(cur.since) >= cur.settle() {
 		cur.quiet = true
 	}
+	cur.read, cur.policies, cur.keys = rd.started, rd.policies, memberKeys(plan)
 	s.seen[seq] = cur
 	h := hold{Settle: cur.settle()}
 	if cur.quiet {
@@ -129,6 +158,56 @@ func (s *settling) wait(seq string, plan []*Group, now time.Time) hold {
 		h.Changing = now.Sub(cur.changing)
 	}
 	return h
+}
+
+// changeDates dates, in order, the changes a pass found in a sequence's members since the pass
+// before (prev, when known). A member that joined, or whose generation or group changed, changed
+// when the cache received its object so, if that came after the pass before began reading: what
+// that pass read did not have it. Any other change is dated by the end of this pass's read, as is
+// a member whose object the cache received before (what changed is then not the object: a policy,
+// its namespace) or at an unknown moment: a member gone, groups reordered, the policies changed.
+func changeDates(prev settled, known bool, plan []*Group, rd reading) []time.Time {
+	if known && prev.policies != rd.policies {
+		return []time.Time{rd.ended}
+	}
+	var dates []time.Time
+	seen := 0
+	for _, g := range plan {
+		for _, m := range g.Members {
+			key, had := prev.keys[m.UID]
+			if had {
+				seen++
+			}
+			if had && key == memberKey(g, m) {
+				continue
+			}
+			if at, ok := rd.arrived[m.UID]; ok && at.After(prev.read) && !at.After(rd.ended) {
+				dates = append(dates, at)
+			} else {
+				dates = append(dates, rd.ended)
+			}
+		}
+	}
+	if seen < len(prev.keys) || len(dates) == 0 {
+		dates = append(dates, rd.ended)
+	}
+	slices.SortFunc(dates, time.Time.Compare)
+	return dates
+}
+
+// memberKey is what of a member its group's revision and place depend on, besides its identity.
+func memberKey(g *Group, m Member) string {
+	return g.Name + "\x00" + strconv.FormatInt(m.Generation, 10)
+}
+
+func memberKeys(plan []*Group) map[types.UID]string {
+	out := map[types.UID]string{}
+	for _, g := range plan {
+		for _, m := range g.Members {
+			out[m.UID] = memberKey(g, m)
+		}
+	}
+	return out
 }
 
 func (s *settling) forget(seq string) {

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+
+	"wavegate.io/wavegate/pkg/policy"
 )
 
 // TestSettling: a sequence's groups open only once its members have stayed the same for the
@@ -57,7 +60,7 @@ func TestSettling(t *testing.T) {
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	wait := func(seq string, plan []*Group, at time.Duration) got {
-		h := s.wait(seq, plan, start.Add(at))
+		h := s.wait(seq, plan, readAt(start.Add(at)))
 		return got{h.Wait, h.Changing}
 	}
 	for _, st := range steps {
@@ -93,12 +96,12 @@ func TestSettling(t *testing.T) {
 	last := first + MembershipSettleMax + time.Second
 	// The bound has let the groups open, but a pass must still come to find the members quiet:
 	// without it, the changes would never end, and the next apply would get no settle at all.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last)); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last))); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
 		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
 	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if h := s.wait("shop", plan(last.String(), "w1"), start.Add(last+paceFactor*100*ms)); h != (hold{Settle: paceFactor * 100 * ms}) {
+	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last+paceFactor*100*ms))); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
 	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
@@ -113,5 +116,121 @@ func TestSettling(t *testing.T) {
 	s.forget("paced")
 	if w := wait("paced", plan("c"), 600*ms); w != (got{membershipSettle, 0}) {
 		t.Errorf("a forgotten sequence: %+v, want a fresh %s", w, membershipSettle)
+	}
+}
+
+// readAt is a read at one moment that knows no member's arrival: changes are dated by it.
+func readAt(at time.Time) reading { return reading{started: at, ended: at} }
+
+// TestSettlingDatesChangesByArrival: a member's change is dated by when the cache received its
+// object so, not by the pass that reads it, when that came after the pass before began reading;
+// any other change (a member gone, a policy changed, an object the cache received earlier, an
+// arrival not known) by the end of the read.
+func TestSettlingDatesChangesByArrival(t *testing.T) {
+	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	type member struct {
+		uid   string
+		gen   int64
+		group string
+	}
+	plan := func(ms ...member) []*Group {
+		var out []*Group
+		byName := map[string]*Group{}
+		for _, m := range ms {
+			g := byName[m.group]
+			if g == nil {
+				g = &Group{Name: m.group}
+				byName[m.group] = g
+				out = append(out, g)
+			}
+			g.Members = append(g.Members, Member{UID: types.UID(m.uid), Generation: m.gen})
+		}
+		for _, g := range out {
+			g.Revision = revision(g.Members)
+		}
+		return out
+	}
+	policies, otherPolicies := &policy.Index{}, &policy.Index{}
+	type pass struct {
+		name           string
+		started, ended time.Duration
+		policies       *policy.Index
+		members        []member
+		arrived        map[string]time.Duration
+		wait, settle   time.Duration
+	}
+	db, db2, web, web2 := member{"db", 1, "g0"}, member{"db", 2, "g0"}, member{"web", 1, "g1"}, member{"web", 2, "g1"}
+	moved := member{"web", 1, "g0"}
+	cases := []struct {
+		name   string
+		passes []pass
+	}{{
+		// The benchmark's apply: the second Deployment arrives 20 ms after the first, while the pass
+		// that saw the first is busy; the next pass, 60 ms later, dates it by its arrival.
+		name: "two Deployments of one apply",
+		passes: []pass{
+			{"the first", 5 * ms, 6 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - 6*ms, membershipSettle},
+			{"the second, read 60 ms after it arrived", 80 * ms, 81 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, membershipSettle - 61*ms, membershipSettle},
+			{"settled", 170 * ms, 171 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
+		},
+	}, {
+		name: "the gaps between arrivals one pass sees set the pace",
+		passes: []pass{
+			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, paceFactor*100*ms - 201*ms, paceFactor * 100 * ms},
+		},
+	}, {
+		name: "a change the cache received a settle before the pass that reads it holds nothing",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"web, read late", 400 * ms, 401 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
+		},
+	}, {
+		name: "a new generation is dated by its arrival",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"quiet", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, 0, membershipSettle},
+			{"db changed", 3 * time.Second, 3*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 3*time.Second - 50*ms}, membershipSettle - 51*ms, membershipSettle},
+		},
+	}, {
+		name: "an arrival before the last pass began reading is not what changed: a policy or a namespace moved it",
+		passes: []pass{
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"web moved to db's group", 2 * time.Second, 2*time.Second + ms, policies, []member{db, moved}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
+		},
+	}, {
+		name: "a changed policy dates every change by the read",
+		passes: []pass{
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"web changed, with a new policy", 2 * time.Second, 2*time.Second + ms, otherPolicies, []member{db, web2}, map[string]time.Duration{"db": 0, "web": 2 * time.Second}, membershipSettle, membershipSettle},
+		},
+	}, {
+		name: "a member gone is dated by the read",
+		passes: []pass{
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"web gone", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
+		},
+	}, {
+		name: "an unknown arrival is dated by the read",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"web", 100 * ms, 101 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0}, paceFactor * 101 * ms, paceFactor * 101 * ms},
+		},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var s settling
+			for _, p := range c.passes {
+				rd := reading{started: at(p.started), ended: at(p.ended), policies: p.policies, arrived: map[types.UID]time.Time{}}
+				for uid, d := range p.arrived {
+					rd.arrived[types.UID(uid)] = at(d)
+				}
+				h := s.wait("shop", plan(p.members...), rd)
+				if d := cmp.Diff([2]time.Duration{p.wait, p.settle}, [2]time.Duration{h.Wait, h.Settle}); d != "" {
+					t.Errorf("%s: wait and settle (-want +got):\n%s", p.name, d)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,93 @@
+package members
+
+import (
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// arrivals records, per object of one informer, when the informer first received it in its present
+// state as far as membership goes (its labels, generation and deletion), and at which
+// resourceVersion it last received it. The settle dates a member's change by it: a pass that reads
+// the members runs some time after the change reached the cache (its worker busy with the pass
+// before), and dating the change by the pass would stretch both the settle's wait and the apply's
+// pace it learns from the gaps between changes.
+//
+// It is written by the informer's transform, which client-go calls on every object it receives
+// before the object enters the cache, so a pass that reads an object from the cache at a
+// resourceVersion finds that version recorded, or a later one (which says nothing of the version
+// read: Object.Arrived is then zero).
+type arrivals struct {
+	mu sync.Mutex
+	of map[types.UID]arrival
+}
+
+type arrival struct {
+	version string
+	state   uint64
+	at      time.Time
+}
+
+// record notes that the informer received u at now.
+func (a *arrivals) record(u *unstructured.Unstructured, now time.Time) {
+	st := membershipState(u)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.of == nil {
+		a.of = map[types.UID]arrival{}
+	}
+	prev, ok := a.of[u.GetUID()]
+	if !ok || prev.state != st {
+		prev.state, prev.at = st, now
+	}
+	prev.version = u.GetResourceVersion()
+	a.of[u.GetUID()] = prev
+}
+
+// forget drops a deleted object's record.
+func (a *arrivals) forget(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.of, uid)
+}
+
+// arrived returns when the informer first received u in its present state, if the version it last
+// received is u's.
+func (a *arrivals) arrived(u *unstructured.Unstructured) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rec, ok := a.of[u.GetUID()]; ok && rec.version == u.GetResourceVersion() {
+		return rec.at
+	}
+	return time.Time{}
+}
+
+// membershipState digests what of an object makes it a member of a group and revision: its
+// labels (group, order, sequence), its generation, whether it is being deleted and whether it is a
+// member in its own right (IsMember: no controller, not a claim template).
+func membershipState(u *unstructured.Unstructured) uint64 {
+	h := fnv.New64a()
+	ls := u.GetLabels()
+	for _, k := range slices.Sorted(maps.Keys(ls)) {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(ls[k]))
+		h.Write([]byte{0})
+	}
+	h.Write(strconv.AppendInt(nil, u.GetGeneration(), 10))
+	h.Write([]byte{flag(u.GetDeletionTimestamp() != nil), flag(IsMember(u))})
+	return h.Sum64()
+}
+
+func flag(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,107 @@
+package members
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"wavegate.io/wavegate/pkg/keys"
+)
+
+// TestArrived: a tracked object carries when the informer first received it in its present state
+// as far as membership goes. A change of anything else (an annotation, its status) keeps the
+// moment; a change of its labels, generation or deletion moves it; a version of the object other
+// than the one last received has none; a deleted object's record goes.
+func TestArrived(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	cm := &unstructured.Unstructured{}
+	cm.SetAPIVersion("v1")
+	cm.SetKind("ConfigMap")
+	cm.SetNamespace("shop")
+	cm.SetName("db")
+	cm.SetUID("db-uid")
+	cm.SetResourceVersion("1")
+	cm.SetLabels(map[string]string{keys.GroupLabel: "db"})
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, cm)
+	tr := &Tracker{
+		Dynamic: dyn, Discovery: &gatedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}},
+		GroupLabels: func() []string { return []string{keys.GroupLabel} },
+	}
+	go func() { _ = tr.Start(ctx) }()
+	g.Eventually(tr.HasSynced).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
+
+	// member waits until the tracker holds the object at version rv and returns it.
+	member := func(rv string) Object {
+		t.Helper()
+		var out Object
+		g.Eventually(func() string {
+			for _, o := range tr.Members("shop") {
+				out = o
+				return o.GetResourceVersion()
+			}
+			return ""
+		}).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(Equal(rv))
+		return out
+	}
+	update := func(rv string, change func(*unstructured.Unstructured)) {
+		t.Helper()
+		cm.SetResourceVersion(rv)
+		change(cm)
+		if _, err := dyn.Resource(configMaps).Namespace("shop").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	first := member("1").Arrived
+	if first.IsZero() || first.After(time.Now()) {
+		t.Fatalf("Arrived of a listed object: %v, want a moment before now", first)
+	}
+	update("2", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"note": "x"}) })
+	if got := member("2").Arrived; !got.Equal(first) {
+		t.Errorf("Arrived after an annotation changed: %v, want %v (the same)", got, first)
+	}
+	update("3", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{keys.GroupLabel: "db2"}) })
+	relabeled := member("3").Arrived
+	if !relabeled.After(first) {
+		t.Errorf("Arrived after its group label changed: %v, want later than %v", relabeled, first)
+	}
+	update("4", func(u *unstructured.Unstructured) { u.SetGeneration(2) })
+	if got := member("4").Arrived; !got.After(relabeled) {
+		t.Errorf("Arrived after its generation changed: %v, want later than %v", got, relabeled)
+	}
+
+	tracked := func() *tracked {
+		tr.mu.RLock()
+		defer tr.mu.RUnlock()
+		for _, it := range tr.informers {
+			return it
+		}
+		return nil
+	}()
+	older := cm.DeepCopy()
+	older.SetResourceVersion("3")
+	if got := tracked.arrivals.arrived(older); !got.IsZero() {
+		t.Errorf("Arrived of a version other than the last received: %v, want none", got)
+	}
+	if err := dyn.Resource(configMaps).Namespace("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func() int {
+		tracked.arrivals.mu.Lock()
+		defer tracked.arrivals.mu.Unlock()
+		return len(tracked.arrivals.of)
+	}).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(BeZero(), "records of deleted objects")
+}
