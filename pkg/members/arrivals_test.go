@@ -103,5 +103,5 @@ func TestArrived(t *testing.T) {
 		tracked.arrivals.mu.Lock()
 		defer tracked.arrivals.mu.Unlock()
 		return len(tracked.arrivals.of)
-	}).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(BeZero(), "records of deleted objects")
+	}).WithTimeout(10*time.Second).WithPolling(5*time.Millisecond).Should(BeZero(), "records of deleted objects")
 }
