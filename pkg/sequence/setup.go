@@ -3,6 +3,7 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -106,10 +108,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			src.onChange(req.Name)
 		}
 	}
-	gatedPods := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		p, ok := o.(*corev1.Pod)
-		return ok && (HasGate(p) || p.DeletionTimestamp != nil)
-	})
 	b := ctrl.NewControllerManagedBy(mgr)
 	if r.WaitPods != nil {
 		// A wait-Job pod that succeeded releases the next group without waiting for the Job
@@ -131,7 +129,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: sequenceWorkers}).
 		WatchesRawSource(source.TypedFunc[reconcile.Request](src.start)).
 		Watches(&batchv1.Job{}, bySequenceLabel).
-		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPods)).
+		Watches(&corev1.Pod{}, byPodSequence, builder.WithPredicates(gatedPodEvents)).
 		Watches(&wavev1.Sequence{}, bySequence, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&wavev1.WavePolicy{}, allSequences).
 		// A namespace that opts in or out, or whose labels change what policies and shared sequences
@@ -144,4 +142,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return reqs
 		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
+}
+
+// watchedPod is a pod whose events may change what a pass decides: one with wavegate's gate, or
+// one being deleted.
+func watchedPod(o client.Object) bool {
+	p, ok := o.(*corev1.Pod)
+	return ok && (HasGate(p) || p.DeletionTimestamp != nil)
+}
+
+// gatedPodEvents passes the events of watched pods that a pass decides on. Of a gated pod's
+// updates, only those of its labels (its sequence and group) and its deletion: the scheduler's
+// SchedulingGated condition on each of a hundred gated pods would otherwise cost a pass each while
+// they are being created. A gate removed is its remover's doing (the pass that released it).
+var gatedPodEvents = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return watchedPod(e.Object) },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return watchedPod(e.Object) },
+	GenericFunc: func(e event.GenericEvent) bool { return watchedPod(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		if !watchedPod(e.ObjectNew) {
+			return false
+		}
+		return e.ObjectNew.GetDeletionTimestamp() != nil || !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels())
+	},
 }
