@@ -13,6 +13,7 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"wavegate.io/wavegate/pkg/keys"
 )
@@ -48,7 +49,7 @@ func TestArrived(t *testing.T) {
 		t.Helper()
 		var out Object
 		g.Eventually(func() string {
-			for _, o := range tr.Members("shop") {
+			for _, o := range append(tr.Members("shop"), tr.NonMembers("shop")...) {
 				out = o
 				return o.GetResourceVersion()
 			}
@@ -79,8 +80,20 @@ func TestArrived(t *testing.T) {
 		t.Errorf("Arrived after its group label changed: %v, want later than %v", relabeled, first)
 	}
 	update("4", func(u *unstructured.Unstructured) { u.SetGeneration(2) })
-	if got := member("4").Arrived; !got.After(relabeled) {
-		t.Errorf("Arrived after its generation changed: %v, want later than %v", got, relabeled)
+	regenerated := member("4").Arrived
+	if !regenerated.After(relabeled) {
+		t.Errorf("Arrived after its generation changed: %v, want later than %v", regenerated, relabeled)
+	}
+	update("5", func(u *unstructured.Unstructured) {
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: "owner-uid", Controller: ptr.To(true)}})
+	})
+	owned := member("5").Arrived
+	if !owned.After(regenerated) {
+		t.Errorf("Arrived after a controller came to own it (no member in its own right): %v, want later than %v", owned, regenerated)
+	}
+	update("6", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()}) })
+	if got := member("6").Arrived; !got.After(owned) {
+		t.Errorf("Arrived after its deletion began: %v, want later than %v", got, owned)
 	}
 
 	tracked := func() *tracked {
@@ -92,7 +105,7 @@ func TestArrived(t *testing.T) {
 		return nil
 	}()
 	older := cm.DeepCopy()
-	older.SetResourceVersion("3")
+	older.SetResourceVersion("5")
 	if got := tracked.arrivals.arrived(older); !got.IsZero() {
 		t.Errorf("Arrived of a version other than the last received: %v, want none", got)
 	}

@@ -138,7 +138,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// wavegate acts only in opted-in namespaces: what it holds elsewhere (a namespace opted out) is
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
-	// When the members were read: the settle dates their changes by when the cache received them,
+	// When the members were read: the settle dates their changes by when the informer received them,
 	// or by the end of this read, not of the reads below.
 	rd := reading{started: r.now(), policies: idx, arrived: map[types.UID]time.Time{}}
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))

@@ -34,14 +34,11 @@ const membershipSettle = 150 * time.Millisecond
 // its pods, admitted by wavegate's webhook, and the wait Jobs wavegate starts meanwhile load the API
 // server while the apply goes on: on the local cluster with busy loops competing for its cores,
 // Argo CD's gap from the web's Deployment to the database's StatefulSet was up to 2.5 times the
-// one before it (24 syncs), so the factor leaves twice that; it also covers the gaps being dated by
-// the passes that see the changes, each behind its change by what its worker was doing meanwhile.
-// (Dating them by when the informers heard them was tried and withdrawn: with a streamed list the
-// informer's transform runs twice per object, so counting events into the cache and out of the
-// handlers, to tell when every change the cache shows had been heard, never balanced.) Changes more
-// than paceHorizon apart are separate applies: an apply that pauses longer between two groups'
-// objects is not covered, nor one whose later objects come more than paceFactor times slower than
-// its earlier ones.
+// one before it (24 syncs), so the factor leaves twice that. Changes are dated by when the cache
+// received them where a pass can tell (changeDates), else by the pass's read. Changes more than
+// paceHorizon apart are separate applies: an apply that pauses longer between two groups' objects
+// is not covered, nor one whose later objects come more than paceFactor times slower than its
+// earlier ones.
 const (
 	paceFactor  = 5
 	paceHorizon = time.Second
@@ -61,7 +58,8 @@ const MembershipSettleMax = 30 * time.Second
 const settleReported = time.Second
 
 // settling remembers, per sequence, what its members were when this manager last saw them change,
-// and when. Like recentReleases it lives in memory: a restarted manager waits one settle period.
+// and when. Like recentReleases it lives in memory: a restarted manager waits one settle period
+// from its first pass.
 type settling struct {
 	mu   sync.Mutex
 	seen map[string]settled
@@ -69,12 +67,17 @@ type settling struct {
 
 type settled struct {
 	members string
-	// since is the last change; changing is when the changes began: the first change after a pass
-	// saw the members settled (quiet). Changes are seen only when a pass runs: one that comes later
-	// than the settle after the last does not tell whether the members were quiet in between
-	// (a pass may just have been slow), so only a pass that saw them quiet ends the changes.
-	since, changing time.Time
-	quiet           bool
+	// last is when the last change came (as changeDates dates it), and since when the members
+	// must have stayed the same from: the last change, and for a sequence this manager had not
+	// seen, no sooner than the end of the first pass's read (a restarted manager knows nothing of
+	// the apply's pace, and waits one settle). changing is when this manager first saw the changes
+	// that hold the groups (a pass's read: it bounds them, see MembershipSettleMax, and a run
+	// dated by arrivals long past, after passes that could not reach the settle, must still hold).
+	// Only a pass that saw the members a settle after their last change (quiet) ends the changes:
+	// one that comes later than that after the pass before does not tell whether they were quiet
+	// in between (a pass may just have been slow) unless the last change is dated.
+	last, since, changing time.Time
+	quiet                 bool
 	// pace is the longest gap between two changes seen one after the other, each at most
 	// paceHorizon after the last, whether or not a pass saw the members quiet in between: an apply
 	// slower than the settle lets the earlier group open on the objects it created first (its
@@ -111,7 +114,7 @@ type reading struct {
 	// The members were read from the cache between started and ended.
 	started, ended time.Time
 	policies       *policy.Index
-	// arrived is, per member, when the cache received its object in its present state as far as
+	// arrived is, per member, when the informer received its object in its present state as far as
 	// membership goes (members.Object.Arrived), where known.
 	arrived map[types.UID]time.Time
 }
@@ -127,22 +130,28 @@ func (s *settling) wait(seq string, plan []*Group, rd reading) hold {
 	}
 	cur, ok := s.seen[seq]
 	if !ok || cur.members != members {
+		if !ok || cur.quiet {
+			cur.changing = now
+		}
 		for i, at := range changeDates(cur, ok, plan, rd) {
-			if i == 0 && (!ok || cur.quiet) {
-				cur.changing = at
-			}
-			if gap := at.Sub(cur.since); (ok || i > 0) && gap <= paceHorizon {
+			if gap := at.Sub(cur.last); (ok || i > 0) && gap <= paceHorizon {
 				cur.pace = max(cur.pace, gap)
 			} else {
 				cur.pace = 0
 			}
-			if at.After(cur.since) {
-				cur.since = at
+			if at.After(cur.last) {
+				cur.last = at
 			}
+		}
+		if cur.last.After(cur.since) {
+			cur.since = cur.last
+		}
+		if !ok && now.After(cur.since) {
+			cur.since = now
 		}
 		cur.members, cur.quiet = members, false
 	}
-	// Changes are dated by when the cache received them, so a pass may see the last of them
+	// Changes are dated by when the informer received them, so a pass may see the last of them
 	// already a settle old: nothing has changed since, and the members are quiet.
 	if now.Sub(cur.since) >= cur.settle() {
 		cur.quiet = true
@@ -162,21 +171,21 @@ func (s *settling) wait(seq string, plan []*Group, rd reading) hold {
 
 // changeDates dates, in order, the changes a pass found in a sequence's members since the pass
 // before (prev, when known). A member that joined, or whose generation or group changed, changed
-// when the cache received its object so, if that came after the pass before began reading: what
+// when the informer received its object so, if that came after the pass before began reading: what
 // that pass read did not have it. Any other change is dated by the end of this pass's read, as is
-// a member whose object the cache received before (what changed is then not the object: a policy,
+// a member whose object the informer received before (what changed is then not the object: a policy,
 // its namespace) or at an unknown moment: a member gone, groups reordered, the policies changed.
 func changeDates(prev settled, known bool, plan []*Group, rd reading) []time.Time {
 	if known && prev.policies != rd.policies {
 		return []time.Time{rd.ended}
 	}
 	var dates []time.Time
-	seen := 0
+	seen := map[types.UID]bool{}
 	for _, g := range plan {
 		for _, m := range g.Members {
 			key, had := prev.keys[m.UID]
 			if had {
-				seen++
+				seen[m.UID] = true
 			}
 			if had && key == memberKey(g, m) {
 				continue
@@ -188,7 +197,7 @@ func changeDates(prev settled, known bool, plan []*Group, rd reading) []time.Tim
 			}
 		}
 	}
-	if seen < len(prev.keys) || len(dates) == 0 {
+	if len(seen) < len(prev.keys) || len(dates) == 0 {
 		dates = append(dates, rd.ended)
 	}
 	slices.SortFunc(dates, time.Time.Compare)

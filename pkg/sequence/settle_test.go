@@ -122,9 +122,9 @@ func TestSettling(t *testing.T) {
 // readAt is a read at one moment that knows no member's arrival: changes are dated by it.
 func readAt(at time.Time) reading { return reading{started: at, ended: at} }
 
-// TestSettlingDatesChangesByArrival: a member's change is dated by when the cache received its
+// TestSettlingDatesChangesByArrival: a member's change is dated by when the informer received its
 // object so, not by the pass that reads it, when that came after the pass before began reading;
-// any other change (a member gone, a policy changed, an object the cache received earlier, an
+// any other change (a member gone, a policy changed, an object the informer received earlier, an
 // arrival not known) by the end of the read.
 func TestSettlingDatesChangesByArrival(t *testing.T) {
 	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
@@ -171,51 +171,72 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 		// that saw the first is busy; the next pass, 60 ms later, dates it by its arrival.
 		name: "two Deployments of one apply",
 		passes: []pass{
-			{"the first", 5 * ms, 6 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - 6*ms, membershipSettle},
+			{"the first, a sequence not seen before: a settle from the read", 5 * ms, 6 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 			{"the second, read 60 ms after it arrived", 80 * ms, 81 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, membershipSettle - 61*ms, membershipSettle},
 			{"settled", 170 * ms, 171 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
 		},
 	}, {
 		name: "the gaps between arrivals one pass sees set the pace",
 		passes: []pass{
-			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, paceFactor*100*ms - 201*ms, paceFactor * 100 * ms},
+			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, paceFactor * 100 * ms, paceFactor * 100 * ms},
 		},
 	}, {
-		name: "a change the cache received a settle before the pass that reads it holds nothing",
+		name: "a change the informer received a settle before the pass that reads it holds nothing",
 		passes: []pass{
-			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 			{"web, read late", 400 * ms, 401 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
 		},
 	}, {
 		name: "a new generation is dated by its arrival",
 		passes: []pass{
-			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 			{"quiet", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, 0, membershipSettle},
 			{"db changed", 3 * time.Second, 3*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 3*time.Second - 50*ms}, membershipSettle - 51*ms, membershipSettle},
 		},
 	}, {
 		name: "an arrival before the last pass began reading is not what changed: a policy or a namespace moved it",
 		passes: []pass{
-			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
 			{"web moved to db's group", 2 * time.Second, 2*time.Second + ms, policies, []member{db, moved}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
 		},
 	}, {
 		name: "a changed policy dates every change by the read",
 		passes: []pass{
-			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
 			{"web changed, with a new policy", 2 * time.Second, 2*time.Second + ms, otherPolicies, []member{db, web2}, map[string]time.Duration{"db": 0, "web": 2 * time.Second}, membershipSettle, membershipSettle},
 		},
 	}, {
 		name: "a member gone is dated by the read",
 		passes: []pass{
-			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle - ms, membershipSettle},
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
 			{"web gone", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 		},
 	}, {
 		name: "an unknown arrival is dated by the read",
 		passes: []pass{
-			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle - ms, membershipSettle},
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 			{"web", 100 * ms, 101 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0}, paceFactor * 101 * ms, paceFactor * 101 * ms},
+		},
+	}, {
+		name: "a member gone beside a change dated by its arrival: the read dates them",
+		passes: []pass{
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
+			{"web gone, db changed", 2 * time.Second, 2*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 2*time.Second - 50*ms}, paceFactor * 51 * ms, paceFactor * 51 * ms},
+		},
+	}, {
+		name: "a restarted manager's first pass holds a settle, however long ago the list was",
+		passes: []pass{
+			{"the first pass", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
+		},
+	}, {
+		// Passes that could not reach the settle (the tracker re-listing, the sequence frozen on an
+		// unavailable kind) for longer than MembershipSettleMax: the changes they missed are dated
+		// by their arrivals, long past, and the bound counts from the pass that sees them.
+		name: "changes dated long before the pass that sees them still hold the groups",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
+			{"quiet", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, 0, membershipSettle},
+			{"40 s later", 40 * time.Second, 40*time.Second + ms, policies, []member{db2, web}, map[string]time.Duration{"db": 5 * time.Second, "web": 40*time.Second - 9*ms}, membershipSettle - 10*ms, membershipSettle},
 		},
 	}}
 	for _, c := range cases {
