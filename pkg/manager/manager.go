@@ -71,6 +71,9 @@ type Config struct {
 	Namespace string
 	// WaiterImage is the image wait Jobs run (wavegate's own).
 	WaiterImage string
+	// SettleMax bounds how long members that keep changing hold their sequence's groups closed
+	// (0: sequence.MembershipSettleMax). Tests shorten it.
+	SettleMax time.Duration
 }
 
 // DefaultWebhookConfigurationName is the name config/default installs.
@@ -200,7 +203,7 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	sequences := &sequence.Reconciler{
 		Client: mgr.GetClient(), Tracker: tracker, Policies: store, Recorder: mgr.GetEventRecorder("wavegate"),
 		Image: cfg.WaiterImage, Namespace: cfg.Namespace, WaitPods: waitPods, APIReader: mgr.GetAPIReader(),
-		Cleared: cleared,
+		Cleared: cleared, SettleMax: cfg.SettleMax,
 	}
 	if err := sequences.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)

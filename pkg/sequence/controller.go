@@ -90,6 +90,9 @@ type Reconciler struct {
 	// WaitPods reads wait Jobs' pods (a cache of pods labeled keys.WaitJobLabel); nil releases on
 	// the Jobs' Complete condition only.
 	WaitPods cache.Cache
+	// SettleMax bounds how long members that keep changing hold their sequence's groups closed
+	// (0: MembershipSettleMax).
+	SettleMax time.Duration
 
 	policiesChanged func()
 
@@ -221,7 +224,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// and only once the sequence's members have settled (an apply still creating an earlier
 	// group's objects after a later group's).
 	opening := openGroups(plan)
-	held := r.settling.wait(seq, plan, rd)
+	held := r.settling.wait(seq, plan, rd, r.settleMax())
 	if held.Wait > 0 {
 		opening = opening.closed()
 	}
@@ -318,6 +321,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		errs = append(errs, err)
 	}
 	return ctrl.Result{RequeueAfter: requeue}, errors.Join(errs...)
+}
+
+// settleMax is SettleMax, defaulted.
+func (r *Reconciler) settleMax() time.Duration {
+	if r.SettleMax > 0 {
+		return r.SettleMax
+	}
+	return MembershipSettleMax
 }
 
 // left returns what is left now of a wait d that began at from (none if d is none): the settle's

@@ -120,7 +120,8 @@ type reading struct {
 }
 
 // wait returns the hold on a sequence's groups, given its plan on the members a pass read.
-func (s *settling) wait(seq string, plan []*Group, rd reading) hold {
+// bound is how long, at most, changes hold the groups (MembershipSettleMax).
+func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Duration) hold {
 	members := membership(plan)
 	now := rd.ended
 	s.mu.Lock()
@@ -163,7 +164,7 @@ func (s *settling) wait(seq string, plan []*Group, rd reading) hold {
 		return h
 	}
 	h.Recheck = max(h.Settle-now.Sub(cur.since), time.Nanosecond)
-	if h.Wait = max(min(h.Recheck, MembershipSettleMax-now.Sub(cur.changing)), 0); h.Wait > 0 {
+	if h.Wait = max(min(h.Recheck, bound-now.Sub(cur.changing)), 0); h.Wait > 0 {
 		h.Changing = now.Sub(cur.changing)
 	}
 	return h

@@ -60,7 +60,7 @@ func TestSettling(t *testing.T) {
 		{"a longer gap starts afresh", "argo", 1700*ms + paceFactor*paceHorizon, plan("svc+sts", "web3", "job"), got{membershipSettle, 0}},
 	}
 	wait := func(seq string, plan []*Group, at time.Duration) got {
-		h := s.wait(seq, plan, readAt(start.Add(at)))
+		h := s.wait(seq, plan, readAt(start.Add(at)), MembershipSettleMax)
 		return got{h.Wait, h.Changing}
 	}
 	for _, st := range steps {
@@ -96,12 +96,12 @@ func TestSettling(t *testing.T) {
 	last := first + MembershipSettleMax + time.Second
 	// The bound has let the groups open, but a pass must still come to find the members quiet:
 	// without it, the changes would never end, and the next apply would get no settle at all.
-	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last))); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
+	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last)), MembershipSettleMax); h.Wait != 0 || h.Recheck != paceFactor*100*ms {
 		t.Errorf("members changing past the bound: wait %s, recheck %s; want 0 and %s", h.Wait, h.Recheck, paceFactor*100*ms)
 	}
 	// A pass that finds the members quiet (the one the settle requeues) ends the changes: the next
 	// change holds the groups again.
-	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last+paceFactor*100*ms))); h != (hold{Settle: paceFactor * 100 * ms}) {
+	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last+paceFactor*100*ms)), MembershipSettleMax); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
 	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
@@ -247,7 +247,7 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 				for uid, d := range p.arrived {
 					rd.arrived[types.UID(uid)] = at(d)
 				}
-				h := s.wait("shop", plan(p.members...), rd)
+				h := s.wait("shop", plan(p.members...), rd, MembershipSettleMax)
 				if d := cmp.Diff([2]time.Duration{p.wait, p.settle}, [2]time.Duration{h.Wait, h.Settle}); d != "" {
 					t.Errorf("%s: wait and settle (-want +got):\n%s", p.name, d)
 				}

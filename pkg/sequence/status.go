@@ -127,7 +127,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, seq string, plan []*Group,
 		if settle.Changing >= settleReported {
 			cond.Reason, cond.Message = ReasonSettling, fmt.Sprintf("the members are changing (added, removed or changed "+
 				"in generation: an apply still creating them, or members that keep changing): no group opens until they "+
-				"have stayed the same for %s, or %s after the changes began", settle.Settle.Round(time.Millisecond), MembershipSettleMax)
+				"have stayed the same for %s, or %s after the changes began", settle.Settle.Round(time.Millisecond), r.settleMax())
 		}
 		for _, g := range plan {
 			if g.Phase == wavev1.GroupFailed || g.Phase == wavev1.GroupTimedOut && !g.Released {

@@ -52,6 +52,8 @@ type Env struct {
 	// ManagerTransport, when set before StartManager, wraps the transport of every request the
 	// manager makes (a test that times something into a reconcile's window), and only the manager's.
 	ManagerTransport func(http.RoundTripper) http.RoundTripper
+	// SettleMax, when set before StartManager, is the manager's bound on a settle (manager.Config).
+	SettleMax time.Duration
 }
 
 // RepoRoot returns the directory holding go.mod.
@@ -208,6 +210,7 @@ func (e *Env) StartManager(ctx context.Context) (*Manager, error) {
 		WebhookConfigurationName: e.env.WebhookInstallOptions.MutatingWebhooks[0].Name,
 		Namespace:                WavegateNamespace,
 		WaiterImage:              "wavegate:test",
+		SettleMax:                e.SettleMax,
 	}
 	restCfg := e.Config
 	if e.ManagerTransport != nil {

@@ -32,9 +32,14 @@ var (
 
 const timeout = 20 * time.Second
 
+// settleMax is the manager's bound on a settle in this suite (sequence.MembershipSettleMax in a
+// deployment): TestMembersThatNeverSettleHoldTheGroupsForABoundedTime waits it out.
+const settleMax = 5 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(framework.RunSuite(m, &env, &mgr, func() error {
 		env.ManagerTransport = reads.wrap // straggler_test.go
+		env.SettleMax = settleMax
 		return nil
 	}, func() (func(), error) {
 		var err error
