@@ -36,6 +36,23 @@ func (d *gatedDiscovery) ServerPreferredResources() ([]*metav1.APIResourceList, 
 	}}}, nil
 }
 
+// dbConfigMap is shop's ConfigMap db, in group db.
+func dbConfigMap() *unstructured.Unstructured {
+	cm := &unstructured.Unstructured{}
+	cm.SetAPIVersion("v1")
+	cm.SetKind("ConfigMap")
+	cm.SetNamespace("shop")
+	cm.SetName("db")
+	cm.SetLabels(map[string]string{keys.GroupLabel: "db"})
+	return cm
+}
+
+// configMapClient is a fake dynamic client that serves ConfigMaps, holding objs.
+func configMapClient(objs ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, objs...)
+}
+
 // TestTrackerHasSynced: the tracker has not synced while it does not hold every member: from Start
 // until the first Refresh has synced its informers (it waits for Ready first), and from a Rescope
 // until the informers have re-listed. A sequence planned in either window would see no members,
@@ -45,14 +62,7 @@ func TestTrackerHasSynced(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	cm := &unstructured.Unstructured{}
-	cm.SetAPIVersion("v1")
-	cm.SetKind("ConfigMap")
-	cm.SetNamespace("shop")
-	cm.SetName("db")
-	cm.SetLabels(map[string]string{keys.GroupLabel: "db"})
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{configMaps: "ConfigMapList"}, cm)
+	dyn := configMapClient(dbConfigMap())
 	disco := &gatedDiscovery{FakeDiscovery: &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}}
 
 	waiting := make(chan struct{}) // closed when Start first asks Ready
