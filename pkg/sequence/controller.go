@@ -161,8 +161,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	mos := make([]memberObject, 0, len(objs))
 	// A claim's readiness depends on its StorageClass (WaitForFirstConsumer): read from the cache.
 	env := readiness.ClientEnv{Reader: r.Client, Ctx: ctx}
+	rd.namespaces = map[string]string{}
 	for _, o := range objs {
-		if m, ok := toMember(o.Kind, o.Unstructured, idx, sc.Labels(ctx, o.GetNamespace())); ok {
+		nsLabels := sc.Labels(ctx, o.GetNamespace())
+		if _, ok := rd.namespaces[o.GetNamespace()]; !ok {
+			rd.namespaces[o.GetNamespace()] = labelsDigest(nsLabels)
+		}
+		if m, ok := toMember(o.Kind, o.Unstructured, idx, nsLabels); ok {
 			m.Ready = ptr.To(checker(idx, m).CheckIn(o.Unstructured, env))
 			ms = append(ms, m)
 			mos = append(mos, memberObject{Member: m, Object: o.Unstructured})

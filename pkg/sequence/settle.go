@@ -1,6 +1,7 @@
 package sequence
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,19 +76,24 @@ type settled struct {
 	// dated by arrivals long past, after passes that could not reach the settle, must still hold).
 	// Only a pass that saw the members a settle after their last change (quiet) ends the changes:
 	// one that comes later than that after the pass before does not tell whether they were quiet
-	// in between (a pass may just have been slow) unless the last change is dated.
+	// in between (a pass may just have been slow) unless the last change is dated. Changes seen a
+	// bound or more after the pass before (passes that could not reach the settle: the tracker
+	// re-listing, the sequence frozen) are a new run.
 	last, since, changing time.Time
 	quiet                 bool
 	// pace is the longest gap between two changes seen one after the other, each at most
 	// paceHorizon after the last, whether or not a pass saw the members quiet in between: an apply
 	// slower than the settle lets the earlier group open on the objects it created first (its
-	// Service), then goes on, and the next gap counts. A gap longer than paceHorizon starts afresh.
+	// Service), then goes on, and the next gap counts. A gap surely longer than paceHorizon (even
+	// from the earliest a change dated by a read can have come) starts afresh.
 	pace time.Duration
-	// What the last pass read: when it began reading, with which policies, and each member's group
-	// and generation (memberKey), to date the next pass's changes by.
-	read     time.Time
-	policies *policy.Index
-	keys     map[types.UID]string
+	// What the last pass read: when it began and ended reading, with which policies and
+	// namespace labels, and each member's group and generation (memberKey), to date the next
+	// pass's changes by.
+	read, ended time.Time
+	policies    *policy.Index
+	namespaces  map[string]string
+	keys        map[types.UID]string
 }
 
 // settle is how long the members must stay the same.
@@ -114,6 +120,8 @@ type reading struct {
 	// The members were read from the cache between started and ended.
 	started, ended time.Time
 	policies       *policy.Index
+	// namespaces digests, per namespace of the members, the labels they were resolved with.
+	namespaces map[string]string
 	// arrived is, per member, when the informer received its object in its present state as far as
 	// membership goes (members.Object.Arrived), where known.
 	arrived map[types.UID]time.Time
@@ -131,17 +139,21 @@ func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Durati
 	}
 	cur, ok := s.seen[seq]
 	if !ok || cur.members != members {
-		if !ok || cur.quiet {
+		if !ok || cur.quiet || now.Sub(cur.ended) >= bound {
 			cur.changing = now
 		}
-		for i, at := range changeDates(cur, ok, plan, rd) {
-			if gap := at.Sub(cur.last); (ok || i > 0) && gap <= paceHorizon {
-				cur.pace = max(cur.pace, gap)
-			} else {
+		for _, c := range changeDates(cur, ok, plan, rd) {
+			// A sequence this manager had not seen learns no pace from its first pass: its members'
+			// arrivals are when the informers listed them (after a restart), not the apply's gaps.
+			switch gap := c.at.Sub(cur.last); {
+			case !ok:
+			case c.earliest.Sub(cur.last) > paceHorizon:
 				cur.pace = 0
+			case gap <= paceHorizon:
+				cur.pace = max(cur.pace, gap)
 			}
-			if at.After(cur.last) {
-				cur.last = at
+			if c.at.After(cur.last) {
+				cur.last = c.at
 			}
 		}
 		if cur.last.After(cur.since) {
@@ -157,7 +169,7 @@ func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Durati
 	if now.Sub(cur.since) >= cur.settle() {
 		cur.quiet = true
 	}
-	cur.read, cur.policies, cur.keys = rd.started, rd.policies, memberKeys(plan)
+	cur.read, cur.ended, cur.policies, cur.namespaces, cur.keys = rd.started, rd.ended, rd.policies, rd.namespaces, memberKeys(plan)
 	s.seen[seq] = cur
 	h := hold{Settle: cur.settle()}
 	if cur.quiet {
@@ -170,17 +182,23 @@ func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Durati
 	return h
 }
 
+// change is when a change came: at, and no sooner than earliest (a change dated by a read came
+// after the pass before began reading, and may have come any time from then).
+type change struct{ at, earliest time.Time }
+
 // changeDates dates, in order, the changes a pass found in a sequence's members since the pass
 // before (prev, when known). A member that joined, or whose generation or group changed, changed
 // when the informer received its object so, if that came after the pass before began reading: what
 // that pass read did not have it. Any other change is dated by the end of this pass's read, as is
 // a member whose object the informer received before (what changed is then not the object: a policy,
-// its namespace) or at an unknown moment: a member gone, groups reordered, the policies changed.
-func changeDates(prev settled, known bool, plan []*Group, rd reading) []time.Time {
-	if known && prev.policies != rd.policies {
-		return []time.Time{rd.ended}
+// its namespace) or at an unknown moment: a member gone, groups reordered, the policies or the
+// namespaces' labels changed.
+func changeDates(prev settled, known bool, plan []*Group, rd reading) []change {
+	read := change{at: rd.ended, earliest: prev.read}
+	if known && (prev.policies != rd.policies || !maps.Equal(prev.namespaces, rd.namespaces)) {
+		return []change{read}
 	}
-	var dates []time.Time
+	var out []change
 	seen := map[types.UID]bool{}
 	for _, g := range plan {
 		for _, m := range g.Members {
@@ -192,17 +210,29 @@ func changeDates(prev settled, known bool, plan []*Group, rd reading) []time.Tim
 				continue
 			}
 			if at, ok := rd.arrived[m.UID]; ok && at.After(prev.read) && !at.After(rd.ended) {
-				dates = append(dates, at)
+				out = append(out, change{at: at, earliest: at})
 			} else {
-				dates = append(dates, rd.ended)
+				out = append(out, read)
 			}
 		}
 	}
-	if len(seen) < len(prev.keys) || len(dates) == 0 {
-		dates = append(dates, rd.ended)
+	if len(seen) < len(prev.keys) || len(out) == 0 {
+		out = append(out, read)
 	}
-	slices.SortFunc(dates, time.Time.Compare)
-	return dates
+	slices.SortFunc(out, func(a, b change) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// labelsDigest identifies a set of labels.
+func labelsDigest(ls map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(ls)) {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(ls[k])
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // memberKey is what of a member its group's revision and place depend on, besides its identity.

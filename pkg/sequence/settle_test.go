@@ -104,8 +104,17 @@ func TestSettling(t *testing.T) {
 	if h := s.wait("shop", plan(last.String(), "w1"), readAt(start.Add(last+paceFactor*100*ms)), MembershipSettleMax); h != (hold{Settle: paceFactor * 100 * ms}) {
 		t.Errorf("quiet members: %+v, want no wait and no recheck", h)
 	}
-	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{membershipSettle, 0}) {
-		t.Errorf("a change just over paceHorizon after the last: %+v, want a fresh %s", w, membershipSettle)
+	// A change a pass dates by its read came some time after the pass before began reading: a
+	// gap that may be shorter than paceHorizon keeps the pace; one surely longer starts afresh.
+	if w := wait("shop", plan("r9", "w1"), last+paceFactor*100*ms+paceHorizon+time.Nanosecond); w != (got{paceFactor * 100 * ms, 0}) {
+		t.Errorf("a change dated just over paceHorizon after the last, by a read %s after it: %+v, want the pace kept (%s)", paceFactor*100*ms, w, paceFactor*100*ms)
+	}
+	quietAgain := last + paceFactor*100*ms + 2*paceHorizon + 100*ms
+	if w := wait("shop", plan("r9", "w1"), quietAgain); w != (got{}) {
+		t.Errorf("quiet again: %+v, want no wait", w)
+	}
+	if w := wait("shop", plan("r10", "w1"), quietAgain+2*paceHorizon); w != (got{membershipSettle, 0}) {
+		t.Errorf("a change surely more than paceHorizon after the last (a pass saw the members unchanged in between): %+v, want a fresh %s", w, membershipSettle)
 	}
 	// Passes slower than the changes (each sees a new change, more than the settle after the last
 	// it saw) cannot tell a pause from a slow pass: the changes go on, and are bounded.
@@ -176,9 +185,18 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 			{"settled", 170 * ms, 171 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
 		},
 	}, {
+		// A restarted manager's informers list every kind at its own moment: those are no apply's
+		// gaps.
+		name: "the first pass of a sequence learns no pace from its members' arrivals",
+		passes: []pass{
+			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, membershipSettle, membershipSettle},
+		},
+	}, {
 		name: "the gaps between arrivals one pass sees set the pace",
 		passes: []pass{
-			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, paceFactor * 100 * ms, paceFactor * 100 * ms},
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
+			{"quiet", 2 * time.Second, 2*time.Second + ms, policies, []member{db}, map[string]time.Duration{"db": 0}, 0, membershipSettle},
+			{"both changed", 3 * time.Second, 3*time.Second + ms, policies, []member{db2, web}, map[string]time.Duration{"db": 2900 * ms, "web": 3 * time.Second}, paceFactor*100*ms - ms, paceFactor * 100 * ms},
 		},
 	}, {
 		name: "a change the informer received a settle before the pass that reads it holds nothing",
@@ -239,6 +257,25 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 			{"40 s later", 40 * time.Second, 40*time.Second + ms, policies, []member{db2, web}, map[string]time.Duration{"db": 5 * time.Second, "web": 40*time.Second - 9*ms}, membershipSettle - 10*ms, membershipSettle},
 		},
 	}}
+	cases = append(cases, []struct {
+		name   string
+		passes []pass
+	}{{
+		// The hold was still in force when passes stopped reaching the settle for longer than the
+		// bound: the changes seen after are a new run.
+		name: "changes after passes that could not reach the settle for longer than its bound hold the groups",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
+			{"40 s later", 40 * time.Second, 40*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 40*time.Second - 9*ms}, membershipSettle - 10*ms, membershipSettle},
+		},
+	}, {
+		name: "a member gone as another joins: the read dates them",
+		passes: []pass{
+			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
+			{"quiet", 2 * time.Second, 2*time.Second + ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, 0, membershipSettle},
+			{"web gone, api joined", 3 * time.Second, 3*time.Second + ms, policies, []member{db, {"api", 1, "g1"}}, map[string]time.Duration{"db": 0, "api": 2900 * ms}, paceFactor * 101 * ms, paceFactor * 101 * ms},
+		},
+	}}...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var s settling
@@ -253,5 +290,30 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSettlingDatesANamespaceChangeByTheRead: a member that changed while its namespace's labels
+// changed too (what moved it may be the namespace: a policy selecting it, its opt-in) is dated by
+// the read, not by its object's arrival.
+func TestSettlingDatesANamespaceChangeByTheRead(t *testing.T) {
+	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	policies := &policy.Index{}
+	plan := func(gen int64) []*Group {
+		g := &Group{Name: "db", Members: []Member{{UID: "db", Generation: gen}}}
+		g.Revision = revision(g.Members)
+		return []*Group{g}
+	}
+	read := func(at time.Duration, nsLabels map[string]string, arrived time.Duration) reading {
+		return reading{started: start.Add(at), ended: start.Add(at + ms), policies: policies,
+			namespaces: map[string]string{"shop": labelsDigest(nsLabels)}, arrived: map[types.UID]time.Time{"db": start.Add(arrived)}}
+	}
+	var s settling
+	s.wait("shop", plan(1), read(0, map[string]string{"team": "a"}, 0), MembershipSettleMax)
+	s.wait("shop", plan(1), read(2*time.Second, map[string]string{"team": "a"}, 0), MembershipSettleMax)
+	h := s.wait("shop", plan(2), read(3*time.Second, map[string]string{"team": "b"}, 2500*ms), MembershipSettleMax)
+	if h.Wait != membershipSettle {
+		t.Errorf("a change beside a namespace relabeled: wait %s, want %s (dated by the read)", h.Wait, membershipSettle)
 	}
 }
