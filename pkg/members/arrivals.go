@@ -23,9 +23,14 @@ import (
 // before the object enters the cache, so a pass that reads an object from the cache at a
 // resourceVersion finds that version recorded, or a later one (which says nothing of the version
 // read: Object.Arrived is then zero).
+//
+// What the informer received before it had synced (its first list, the whole cache after a
+// restart) arrived when the informer listed it, not when it changed: those moments are not told
+// (synced: the first moment a reader saw the informer synced; every record up to it is of the list).
 type arrivals struct {
-	mu sync.Mutex
-	of map[types.UID]arrival
+	mu     sync.Mutex
+	of     map[types.UID]arrival
+	synced time.Time
 }
 
 type arrival struct {
@@ -58,11 +63,18 @@ func (a *arrivals) forget(uid types.UID) {
 }
 
 // arrived returns when the informer first received u in its present state, if the version it last
-// received is u's.
-func (a *arrivals) arrived(u *unstructured.Unstructured) time.Time {
+// received is u's and the informer had synced by then. synced says whether the informer has synced
+// (asked before: it takes the informer's queue lock, which its transform holds while it records).
+func (a *arrivals) arrived(u *unstructured.Unstructured, synced bool) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if rec, ok := a.of[u.GetUID()]; ok && rec.version == u.GetResourceVersion() {
+	if a.synced.IsZero() {
+		if !synced {
+			return time.Time{}
+		}
+		a.synced = time.Now()
+	}
+	if rec, ok := a.of[u.GetUID()]; ok && rec.version == u.GetResourceVersion() && rec.at.After(a.synced) {
 		return rec.at
 	}
 	return time.Time{}

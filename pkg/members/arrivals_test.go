@@ -16,9 +16,10 @@ import (
 )
 
 // TestArrived: a tracked object carries when the informer first received it in its present state
-// as far as membership goes. A change of anything else (an annotation, its status) keeps the
-// moment; a change of its labels, generation or deletion moves it; a version of the object other
-// than the one last received has none; a deleted object's record goes.
+// as far as membership goes. One the informer listed has none (its list is no change); a change of
+// anything else (an annotation, its status) keeps the moment; a change of its labels, generation,
+// owner or deletion moves it; a version of the object other than the one last received has none; a
+// deleted object's record goes.
 func TestArrived(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,18 +58,22 @@ func TestArrived(t *testing.T) {
 		}
 	}
 
-	first := member("1").Arrived
-	if first.IsZero() || first.After(time.Now()) {
-		t.Fatalf("Arrived of a listed object: %v, want a moment before now", first)
+	// The informer's list says when it listed the object, not when the object changed.
+	if got := member("1").Arrived; !got.IsZero() {
+		t.Errorf("Arrived of an object the informer listed: %v, want none", got)
 	}
 	update("2", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"note": "x"}) })
-	if got := member("2").Arrived; !got.Equal(first) {
-		t.Errorf("Arrived after an annotation changed: %v, want %v (the same)", got, first)
+	if got := member("2").Arrived; !got.IsZero() {
+		t.Errorf("Arrived of a listed object whose annotation changed: %v, want none", got)
 	}
 	update("3", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{keys.GroupLabel: "db2"}) })
 	relabeled := member("3").Arrived
-	if !relabeled.After(first) {
-		t.Errorf("Arrived after its group label changed: %v, want later than %v", relabeled, first)
+	if relabeled.IsZero() || relabeled.After(time.Now()) {
+		t.Fatalf("Arrived after its group label changed: %v, want a moment before now", relabeled)
+	}
+	update("3a", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"note": "y"}) })
+	if got := member("3a").Arrived; !got.Equal(relabeled) {
+		t.Errorf("Arrived after an annotation changed: %v, want %v (the same)", got, relabeled)
 	}
 	update("4", func(u *unstructured.Unstructured) { u.SetGeneration(2) })
 	regenerated := member("4").Arrived
@@ -97,7 +102,7 @@ func TestArrived(t *testing.T) {
 	}()
 	older := cm.DeepCopy()
 	older.SetResourceVersion("5")
-	if got := tracked.arrivals.arrived(older); !got.IsZero() {
+	if got := tracked.arrivals.arrived(older, true); !got.IsZero() {
 		t.Errorf("Arrived of a version other than the last received: %v, want none", got)
 	}
 	if err := dyn.Resource(configMaps).Namespace("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {

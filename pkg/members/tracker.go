@@ -921,7 +921,7 @@ type Object struct {
 	Kind Kind
 	*unstructured.Unstructured
 	// Arrived is when the tracker's informer first received the object in its present state as
-	// far as membership goes (see arrivals); zero when not known.
+	// far as membership goes (see arrivals); zero when not known (the informer listed it so).
 	Arrived time.Time
 }
 
@@ -943,10 +943,11 @@ func (t *Tracker) objects(sequence string, keep func(metav1.Object) bool) []Obje
 	var out []Object
 	for _, tr := range t.informers {
 		items, _ := tr.informer.GetIndexer().ByIndex(SequenceIndex, sequence)
+		synced := len(items) > 0 && tr.informer.HasSynced()
 		for _, it := range items {
 			u := it.(*unstructured.Unstructured)
 			if keep(u) {
-				out = append(out, Object{Kind: tr.kind, Unstructured: u, Arrived: tr.arrivals.arrived(u)})
+				out = append(out, Object{Kind: tr.kind, Unstructured: u, Arrived: tr.arrivals.arrived(u, synced)})
 			}
 		}
 	}

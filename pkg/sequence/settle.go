@@ -142,11 +142,14 @@ func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Durati
 		if !ok || cur.quiet || now.Sub(cur.ended) >= bound {
 			cur.changing = now
 		}
-		for _, c := range changeDates(cur, ok, plan, rd) {
-			// A sequence this manager had not seen learns no pace from its first pass: its members'
-			// arrivals are when the informers listed them (after a restart), not the apply's gaps.
+		for i, c := range changeDates(cur, ok, plan, rd) {
+			if ok && c.earliest.Sub(cur.last) >= cur.settle() {
+				// The members stayed the same for a settle before this change, whether or not a pass
+				// saw them so: the changes that hold the groups begin now.
+				cur.changing = now
+			}
 			switch gap := c.at.Sub(cur.last); {
-			case !ok:
+			case !ok && i == 0:
 			case c.earliest.Sub(cur.last) > paceHorizon:
 				cur.pace = 0
 			case gap <= paceHorizon:

@@ -185,11 +185,9 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 			{"settled", 170 * ms, 171 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 20 * ms}, 0, membershipSettle},
 		},
 	}, {
-		// A restarted manager's informers list every kind at its own moment: those are no apply's
-		// gaps.
-		name: "the first pass of a sequence learns no pace from its members' arrivals",
+		name: "the gaps between arrivals the first pass sees set the pace",
 		passes: []pass{
-			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, membershipSettle, membershipSettle},
+			{"both", 300 * ms, 301 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 100 * ms}, paceFactor * 100 * ms, paceFactor * 100 * ms},
 		},
 	}, {
 		name: "the gaps between arrivals one pass sees set the pace",
@@ -267,6 +265,16 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 		passes: []pass{
 			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
 			{"40 s later", 40 * time.Second, 40*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 40*time.Second - 9*ms}, membershipSettle - 10*ms, membershipSettle},
+		},
+	}, {
+		// Passes stopped reaching the settle while a hold was in force, for less than its bound: a
+		// change dated a settle after the last shows the members were quiet in between, and the
+		// bound counts afresh.
+		name: "a change a settle after the last, with no pass in between, starts the bound afresh",
+		passes: []pass{
+			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
+			{"29.95 s later", 29950 * ms, 29950*ms + ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 29900 * ms}, membershipSettle - 51*ms, membershipSettle},
+			{"30 s after the first", 30 * time.Second, 30*time.Second + ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 29900 * ms}, membershipSettle - 101*ms, membershipSettle},
 		},
 	}, {
 		name: "a member gone as another joins: the read dates them",
