@@ -26,7 +26,9 @@ import (
 //
 // What the informer received before it had synced (its first list, the whole cache after a
 // restart) arrived when the informer listed it, not when it changed: those moments are not told
-// (synced: the first moment a reader saw the informer synced; every record up to it is of the list).
+// (synced: when the informer synced, or a moment after; every record up to it is of the list). A
+// later re-list (its watch expired) dates the objects that changed meanwhile by the re-list: late,
+// which only lengthens the settle.
 type arrivals struct {
 	mu     sync.Mutex
 	of     map[types.UID]arrival
@@ -62,19 +64,19 @@ func (a *arrivals) forget(uid types.UID) {
 	delete(a.of, uid)
 }
 
-// arrived returns when the informer first received u in its present state, if the version it last
-// received is u's and the informer had synced by then. synced says whether the informer has synced
-// (asked before: it takes the informer's queue lock, which its transform holds while it records).
-func (a *arrivals) arrived(u *unstructured.Unstructured, synced bool) time.Time {
+// markSynced notes that the informer has synced.
+func (a *arrivals) markSynced(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.synced.IsZero() {
-		if !synced {
-			return time.Time{}
-		}
-		a.synced = time.Now()
-	}
-	if rec, ok := a.of[u.GetUID()]; ok && rec.version == u.GetResourceVersion() && rec.at.After(a.synced) {
+	a.synced = now
+}
+
+// arrived returns when the informer first received u in its present state, if the version it last
+// received is u's and the informer had synced by then.
+func (a *arrivals) arrived(u *unstructured.Unstructured) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if rec, ok := a.of[u.GetUID()]; ok && !a.synced.IsZero() && rec.version == u.GetResourceVersion() && rec.at.After(a.synced) {
 		return rec.at
 	}
 	return time.Time{}

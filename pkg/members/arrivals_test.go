@@ -102,7 +102,7 @@ func TestArrived(t *testing.T) {
 	}()
 	older := cm.DeepCopy()
 	older.SetResourceVersion("5")
-	if got := tracked.arrivals.arrived(older, true); !got.IsZero() {
+	if got := tracked.arrivals.arrived(older); !got.IsZero() {
 		t.Errorf("Arrived of a version other than the last received: %v, want none", got)
 	}
 	if err := dyn.Resource(configMaps).Namespace("shop").Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {

@@ -617,6 +617,13 @@ func (t *Tracker) newInformer(ctx context.Context, k Kind, label string, _ []str
 	ictx, cancel := context.WithCancel(ctx)
 	tr.ctx, tr.cancel = ictx, cancel
 	go inf.RunWithContext(ictx)
+	go func() {
+		select {
+		case <-inf.HasSyncedChecker().Done():
+			tr.arrivals.markSynced(time.Now())
+		case <-ictx.Done():
+		}
+	}()
 	return tr
 }
 
@@ -943,11 +950,10 @@ func (t *Tracker) objects(sequence string, keep func(metav1.Object) bool) []Obje
 	var out []Object
 	for _, tr := range t.informers {
 		items, _ := tr.informer.GetIndexer().ByIndex(SequenceIndex, sequence)
-		synced := len(items) > 0 && tr.informer.HasSynced()
 		for _, it := range items {
 			u := it.(*unstructured.Unstructured)
 			if keep(u) {
-				out = append(out, Object{Kind: tr.kind, Unstructured: u, Arrived: tr.arrivals.arrived(u, synced)})
+				out = append(out, Object{Kind: tr.kind, Unstructured: u, Arrived: tr.arrivals.arrived(u)})
 			}
 		}
 	}

@@ -143,11 +143,6 @@ func (s *settling) wait(seq string, plan []*Group, rd reading, bound time.Durati
 			cur.changing = now
 		}
 		for i, c := range changeDates(cur, ok, plan, rd) {
-			if ok && c.earliest.Sub(cur.last) >= cur.settle() {
-				// The members stayed the same for a settle before this change, whether or not a pass
-				// saw them so: the changes that hold the groups begin now.
-				cur.changing = now
-			}
 			switch gap := c.at.Sub(cur.last); {
 			case !ok && i == 0:
 			case c.earliest.Sub(cur.last) > paceHorizon:

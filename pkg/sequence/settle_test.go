@@ -267,16 +267,6 @@ func TestSettlingDatesChangesByArrival(t *testing.T) {
 			{"40 s later", 40 * time.Second, 40*time.Second + ms, policies, []member{db2}, map[string]time.Duration{"db": 40*time.Second - 9*ms}, membershipSettle - 10*ms, membershipSettle},
 		},
 	}, {
-		// Passes stopped reaching the settle while a hold was in force, for less than its bound: a
-		// change dated a settle after the last shows the members were quiet in between, and the
-		// bound counts afresh.
-		name: "a change a settle after the last, with no pass in between, starts the bound afresh",
-		passes: []pass{
-			{"db", 0, 1 * ms, policies, []member{db}, map[string]time.Duration{"db": 0}, membershipSettle, membershipSettle},
-			{"29.95 s later", 29950 * ms, 29950*ms + ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 29900 * ms}, membershipSettle - 51*ms, membershipSettle},
-			{"30 s after the first", 30 * time.Second, 30*time.Second + ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 29900 * ms}, membershipSettle - 101*ms, membershipSettle},
-		},
-	}, {
 		name: "a member gone as another joins: the read dates them",
 		passes: []pass{
 			{"both", 0, 1 * ms, policies, []member{db, web}, map[string]time.Duration{"db": 0, "web": 0}, membershipSettle, membershipSettle},
