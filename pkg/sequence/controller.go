@@ -142,10 +142,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// released, and what it created there goes with the plan that no longer names it.
 	sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
 	// When the members were read: the settle dates their changes by when the informer received them,
-	// or by the end of this read, not of the reads below.
+	// or by the end of this read (set once their namespaces' labels are read too, below).
 	rd := reading{started: r.now(), policies: idx, arrived: map[types.UID]time.Time{}}
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
-	rd.ended = r.now()
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
 	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
@@ -176,6 +175,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
+	// The namespaces' labels may have been read live meanwhile (a stranger pod's namespace): a
+	// change they show is dated no sooner than now.
+	rd.ended = r.now()
 	succeeded, err := r.succeededWaiters(ctx, seq, jobs)
 	if err != nil {
 		return ctrl.Result{}, err
