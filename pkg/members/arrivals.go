@@ -2,18 +2,17 @@ package members
 
 import (
 	"hash/fnv"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // arrivals records, per object of one informer, when the informer first received it in its present
-// state as far as membership goes (its labels, generation and deletion), and at which
+// state as far as membership goes (membershipState), and at which
 // resourceVersion it last received it. The settle dates a member's change by it: a pass that reads
 // the members runs some time after the change reached the cache (its worker busy with the pass
 // before), and dating the change by the pass would stretch both the settle's wait and the apply's
@@ -87,14 +86,8 @@ func (a *arrivals) arrived(u *unstructured.Unstructured) time.Time {
 // member in its own right (IsMember: no controller, not a claim template).
 func membershipState(u *unstructured.Unstructured) uint64 {
 	h := fnv.New64a()
-	ls := u.GetLabels()
-	for _, k := range slices.Sorted(maps.Keys(ls)) {
-		h.Write([]byte(k))
-		h.Write([]byte{0})
-		h.Write([]byte(ls[k]))
-		h.Write([]byte{0})
-	}
-	h.Write(strconv.AppendInt(nil, u.GetGeneration(), 10))
+	h.Write([]byte(labels.Set(u.GetLabels()).String()))
+	h.Write(strconv.AppendInt([]byte{0}, u.GetGeneration(), 10))
 	h.Write([]byte{flag(u.GetDeletionTimestamp() != nil), flag(IsMember(u))})
 	return h.Sum64()
 }

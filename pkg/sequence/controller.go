@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -164,7 +165,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, o := range objs {
 		nsLabels := sc.Labels(ctx, o.GetNamespace())
 		if _, ok := rd.namespaces[o.GetNamespace()]; !ok {
-			rd.namespaces[o.GetNamespace()] = labelsDigest(nsLabels)
+			rd.namespaces[o.GetNamespace()] = labels.Set(nsLabels).String()
 		}
 		if m, ok := toMember(o.Kind, o.Unstructured, idx, nsLabels); ok {
 			m.Ready = ptr.To(checker(idx, m).CheckIn(o.Unstructured, env))

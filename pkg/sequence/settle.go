@@ -221,18 +221,6 @@ func changeDates(prev settled, known bool, plan []*Group, rd reading) []change {
 	return out
 }
 
-// labelsDigest identifies a set of labels.
-func labelsDigest(ls map[string]string) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(ls)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(ls[k])
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
-
 // memberKey is what of a member its group's revision and place depend on, besides its identity.
 func memberKey(g *Group, m Member) string {
 	return g.Name + "\x00" + strconv.FormatInt(m.Generation, 10)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"wavegate.io/wavegate/pkg/policy"
@@ -305,7 +306,7 @@ func TestSettlingDatesANamespaceChangeByTheRead(t *testing.T) {
 	}
 	read := func(at time.Duration, nsLabels map[string]string, arrived time.Duration) reading {
 		return reading{started: start.Add(at), ended: start.Add(at + ms), policies: policies,
-			namespaces: map[string]string{"shop": labelsDigest(nsLabels)}, arrived: map[types.UID]time.Time{"db": start.Add(arrived)}}
+			namespaces: map[string]string{"shop": labels.Set(nsLabels).String()}, arrived: map[types.UID]time.Time{"db": start.Add(arrived)}}
 	}
 	var s settling
 	s.wait("shop", plan(1), read(0, map[string]string{"team": "a"}, 0), MembershipSettleMax)
