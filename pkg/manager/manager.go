@@ -210,9 +210,15 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	}
 	// A policy's new group label is tracked at once: its members exist for the plan. And every
 	// sequence is planned again on the new policies (a waiting group's new timeout, say).
+	strangers := &sequence.StrangerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Policies: store,
+		Recorder: mgr.GetEventRecorder("wavegate"), Namespace: cfg.Namespace}
+	if err := strangers.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the stranger pod controller: %w", err)
+	}
 	store.OnChange = func() {
 		tracker.Relabel()
 		sequences.PoliciesChanged()
+		strangers.PoliciesChanged()
 	}
 	if err := (&sequence.StrayReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the stray Sequence controller: %w", err)

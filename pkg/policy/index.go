@@ -219,12 +219,18 @@ func (i *Index) NeedsNamespaceLabels() bool {
 	return false
 }
 
+// OwnSequence reports whether a sequence is a namespace's own: the namespace's name or
+// <namespace>.<name>. Its objects may join it whatever the policies say.
+func OwnSequence(sequence, namespace string) bool {
+	return namespace != "" && (sequence == namespace || strings.HasPrefix(sequence, namespace+"."))
+}
+
 // MayJoin reports whether an object may join a sequence: a namespaced object its own namespace's
 // sequences (the namespace's name or <namespace>.<name>) and the shared sequences whose declaration
 // selects its namespace; a cluster-scoped object (namespace "") only shared sequences declared with
 // clusterScoped.
 func (i *Index) MayJoin(sequence, namespace string, nsLabels map[string]string) bool {
-	if namespace != "" && (sequence == namespace || strings.HasPrefix(sequence, namespace+".")) {
+	if OwnSequence(sequence, namespace) {
 		return true
 	}
 	if i == nil || i.root == nil {

@@ -147,11 +147,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	rd := reading{started: r.now(), policies: idx, arrived: map[types.UID]time.Time{}}
 	objs, outside := sc.split(ctx, r.Tracker.Members(seq))
 	fresh := &freshView{r: r, seq: seq, idx: idx, scope: sc, unavailable: unavailable}
-	pods, strangers, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
+	pods, err := r.sequencePods(ctx, seq, fresh.joins(ctx))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.releaseOutside(ctx, pods, strangers, outside, sc, fresh.joins(ctx)); err != nil {
+	if err := r.releaseOutside(ctx, pods, outside, sc); err != nil {
 		return ctrl.Result{}, err
 	}
 	if frozen != "" {
@@ -176,7 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
-	// The namespaces' labels may have been read live meanwhile (a stranger pod's namespace): a
+	// The namespaces' labels may have been read live meanwhile (a pod's that seemed opted out): a
 	// change they show is dated no sooner than now.
 	rd.ended = r.now()
 	succeeded, err := r.succeededWaiters(ctx, seq, jobs)
@@ -209,8 +209,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// cluster-scoped object without wavegate.io/sequence, a label set to "") is no member, and
 		// has no Sequence to report on it (its name would be invalid, and the write failed on every
 		// retry). Teardown has released the finalizer of such an object that is being deleted (a
-		// live one keeps it until its labels resolve again, or it is deleted), and strangers' gates
-		// went above.
+		// live one keeps it until its labels resolve again, or it is deleted); gated pods that name
+		// it are StrangerReconciler's.
 		if len(errs) > 0 {
 			return ctrl.Result{}, errors.Join(errs...)
 		}

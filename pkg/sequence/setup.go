@@ -22,6 +22,7 @@ import (
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
 )
 
 // IndexPods registers the pod index the controller lists by.
@@ -84,7 +85,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return nil
 	})
 	byPodSequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: members.SequenceOf(o)}}}
+		if seq, ok := podSequence(r.Policies.Index(), o); ok {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: seq}}}
+		}
+		return nil
 	})
 	bySequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*wavev1.Sequence).Spec.Sequence}}}
@@ -142,6 +146,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return reqs
 		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
+}
+
+// podSequence returns the sequence whose pass a pod's events wake: the one it names, if that may be
+// its sequence (its namespace's own, or a shared one). A pod that names another namespace's
+// sequence is never that sequence's (sequencePods) and wakes none of its passes: a tenant's pods
+// must not keep another namespace's sequence busy (StrangerReconciler releases them). Before the
+// policies are loaded (idx nil) every pod wakes the sequence it names.
+func podSequence(idx *policy.Index, o client.Object) (string, bool) {
+	seq := members.SequenceOf(o)
+	return seq, idx == nil || policy.OwnSequence(seq, o.GetNamespace()) || idx.Shared(seq)
 }
 
 // watchedPod is a pod whose events may change what a pass decides: one with wavegate's gate, or

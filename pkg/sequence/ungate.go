@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"wavegate.io/wavegate/pkg/keys"
@@ -267,7 +266,7 @@ func (r *Reconciler) stragglers(ctx context.Context, u *ungated) ([]*corev1.Pod,
 	if len(u.released) == 0 {
 		return nil, nil
 	}
-	pods, _, err := r.sequencePods(ctx, u.seq, u.joins)
+	pods, err := r.sequencePods(ctx, u.seq, u.joins)
 	if err != nil {
 		return nil, err
 	}
@@ -314,8 +313,9 @@ func (r *Reconciler) goRemoveGates(ctx context.Context, eg *errgroup.Group, pods
 const ungateParallelism = 64
 
 // releaseOutside releases what wavegate holds in namespaces that are not (or no longer) opted in:
-// the teardown finalizers of members and the scheduling gates of pods.
-func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*corev1.Pod, outside []members.Object, sc *scope, joins func(namespace string) bool) error {
+// the teardown finalizers of members and the scheduling gates of pods. (The gated pods of
+// namespaces that may not join the sequence are StrangerReconciler's.)
+func (r *Reconciler) releaseOutside(ctx context.Context, pods []*corev1.Pod, outside []members.Object, sc *scope) error {
 	// Each on the API server's word, not only the cache's: a namespace created or labeled a moment
 	// ago may not be in the cache yet (see scope).
 	for _, o := range outside {
@@ -332,17 +332,6 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*core
 			}
 		}
 	}
-	// A pod whose namespace may no longer join the sequence (a policy stopped sharing it) is not
-	// ordered any more; nor is one that gated itself with wavegate's gate in a sequence it may not
-	// join: nothing else would ever release them. A failure there is logged, never returned: another
-	// namespace's pod must not stop this sequence's pass.
-	for _, p := range strangers {
-		if HasGate(p) && p.DeletionTimestamp == nil && sc.refresh(ctx, p.Namespace) && !joins(p.Namespace) {
-			if err := r.removeGate(ctx, p); client.IgnoreNotFound(err) != nil {
-				ctrl.LoggerFrom(ctx).Error(err, "Releasing a pod of a namespace that may not join the sequence", "pod", klog.KObj(p))
-			}
-		}
-	}
 	return nil
 }
 
@@ -352,21 +341,19 @@ func (r *Reconciler) releaseOutside(ctx context.Context, pods, strangers []*core
 //
 // Any pod may name any sequence in its labels (pods are never denied), but only those of the
 // namespaces that may join it (joins) are its pods: a tenant's pod that names another namespace's
-// sequence gates, counts and clears nothing there. Those others are returned apart (strangers).
-func (r *Reconciler) sequencePods(ctx context.Context, seq string, joins func(namespace string) bool) (pods, strangers []*corev1.Pod, err error) {
+// sequence gates, counts, clears and costs nothing there (StrangerReconciler releases it).
+func (r *Reconciler) sequencePods(ctx context.Context, seq string, joins func(namespace string) bool) ([]*corev1.Pod, error) {
 	var list corev1.PodList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{PodSequenceIndex: seq}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, fmt.Errorf("listing pods: %w", err)
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	pods = make([]*corev1.Pod, 0, len(list.Items))
+	pods := make([]*corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
 		if p := &list.Items[i]; joins(p.Namespace) {
 			pods = append(pods, p)
-		} else {
-			strangers = append(strangers, p)
 		}
 	}
-	return pods, strangers, nil
+	return pods, nil
 }
 
 // HasGate reports whether a pod carries wavegate's scheduling gate.
@@ -411,6 +398,13 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 }
 
 func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
+	_, err := removeGateOf(ctx, r.Client, p)
+	return err
+}
+
+// removeGateOf removes wavegate's scheduling gate from a pod, if it still has it where p shows it
+// (the patch tests the pod's UID and the gate: Invalid otherwise). gone: the pod is.
+func removeGateOf(ctx context.Context, c client.Client, p *corev1.Pod) (gone bool, err error) {
 	for i, g := range p.Spec.SchedulingGates {
 		if g.Name != keys.SchedulingGate {
 			continue
@@ -420,14 +414,13 @@ func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
 		// kubelet's status updates); a released-at annotation written here cost the hundred-pod
 		// release about 55 ms on the local cluster (docs/benchmarks.md).
 		ops := patch.TestAndRemoveFrom(p.UID, "/spec/schedulingGates", i, map[string]string{"name": keys.SchedulingGate})
-		// The pod is the cache's own (sequencePods does not copy): the response goes elsewhere, and
-		// only its metadata is asked for.
+		// The pod may be the cache's own (sequencePods does not copy): the response goes
+		// elsewhere, and only its metadata is asked for.
 		target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		target.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-		_, err := r.patchJSON(ctx, target, ops...)
-		return err
+		return patchJSON(ctx, c, target, ops...)
 	}
-	return nil
+	return false, nil
 }
 
 // recentReleases are the pods whose gate this manager removed and whose update its cache may not

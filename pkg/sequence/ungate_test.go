@@ -2,8 +2,7 @@ package sequence
 
 import (
 	"context"
-	"errors"
-	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -12,11 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
@@ -197,7 +199,7 @@ func opens(groups map[string]bool) openness { return openness{groups: groups} }
 // cachedPods are the pods of the "shop" sequence that a reconcile lists from its cache.
 func cachedPods(t *testing.T, r *Reconciler) []*corev1.Pod {
 	t.Helper()
-	pods, _, err := r.sequencePods(context.Background(), "shop", (&freshView{seq: "shop"}).joins(context.Background()))
+	pods, err := r.sequencePods(context.Background(), "shop", (&freshView{seq: "shop"}).joins(context.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,8 +310,8 @@ func TestReleaseTakesStragglersSeenMeanwhile(t *testing.T) {
 // TestPodsOfOtherNamespacesAreNotTheSequences: any pod may name any sequence in its labels (pods
 // are never denied at admission), but only the pods of namespaces that may join a sequence are its
 // pods. A tenant's pod naming the shop sequence neither clears a template for it (its running pod)
-// nor counts as gated there; one that gated itself with wavegate's gate is released, since nothing
-// would order it.
+// nor counts as gated there, and the sequence's pass spends nothing on one that gated itself with
+// wavegate's gate: StrangerReconciler releases it, apart.
 func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 	ctx := context.Background()
 	own := gatedPod("web-1", "web", "a")
@@ -329,23 +331,16 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 	sc := newScope(c, "wavegate-system")
 	fresh := &freshView{r: r, seq: "shop", idx: policy.Compile(nil), scope: sc}
 
-	pods, strangers, err := r.sequencePods(ctx, "shop", fresh.joins(ctx))
+	pods, err := r.sequencePods(ctx, "shop", fresh.joins(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := func(ps []*corev1.Pod) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.Namespace+"/"+p.Name)
-		}
-		slices.Sort(out)
-		return out
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Namespace+"/"+p.Name)
 	}
-	if diff := cmp.Diff([]string{"shop/web-1"}, names(pods)); diff != "" {
+	if diff := cmp.Diff([]string{"shop/web-1"}, names); diff != "" {
 		t.Errorf("the sequence's pods (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"tenant/intruder-1", "tenant/intruder-2"}, names(strangers)); diff != "" {
-		t.Errorf("strangers (-want +got):\n%s", diff)
 	}
 	u, err := r.ungate(ctx, pods, newOpener(openGroups([]*Group{{Name: "web", Open: false}}), func() (openness, error) {
 		return opens(map[string]bool{}), nil
@@ -356,36 +351,150 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 	if diff := cmp.Diff(map[string][]string{}, u.running); diff != "" {
 		t.Errorf("templates running in the sequence (-want +got):\n%s", diff)
 	}
-
-	if err := r.releaseOutside(ctx, pods, strangers, nil, sc, fresh.joins(ctx)); err != nil {
+	if err := r.releaseOutside(ctx, pods, nil, sc); err != nil {
 		t.Fatal(err)
 	}
+	gated := func() map[string]bool {
+		out := map[string]bool{}
+		for _, p := range []*corev1.Pod{own, selfGated} {
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+				t.Fatal(err)
+			}
+			out[p.Name] = HasGate(got)
+		}
+		return out
+	}
+	if diff := cmp.Diff(map[string]bool{"web-1": true, "intruder-2": true}, gated()); diff != "" {
+		t.Errorf("gated after the sequence's pass (-want +got):\n%s", diff)
+	}
 	for _, p := range []*corev1.Pod{own, selfGated} {
-		got := &corev1.Pod{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+		if _, err := (&StrangerReconciler{Client: c, Policies: fixedPolicies{policy.Compile(nil)}}).Reconcile(ctx,
+			ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}); err != nil {
 			t.Fatal(err)
 		}
-		if want := p == own; HasGate(got) != want {
-			t.Errorf("%s gated = %v, want %v", p.Name, HasGate(got), want)
-		}
+	}
+	if diff := cmp.Diff(map[string]bool{"web-1": true, "intruder-2": false}, gated()); diff != "" {
+		t.Errorf("gated after the stranger pods' reconcile (-want +got):\n%s", diff)
 	}
 }
 
-// TestAStrangersPodDoesNotStopThePass: releasing a pod of a namespace that may not join the
-// sequence can fail (the tenant's pod is gone, or its namespace refuses the write); that is
-// logged, and the sequence's own pass goes on.
-func TestAStrangersPodDoesNotStopThePass(t *testing.T) {
+// TestStrangerPodsAreReleasedApart: StrangerReconciler removes wavegate's gate from a pod that
+// names a sequence its namespace may not join (and says so in an Event on the pod), and from no
+// other: a pod of its namespace's own sequences, or of a shared sequence that the namespace's
+// labels on the API server let it join (the cache may lag them either way), is its sequence's.
+func TestStrangerPodsAreReleasedApart(t *testing.T) {
 	ctx := context.Background()
-	stranger := gatedPod("intruder", "web", "b")
-	stranger.Namespace, stranger.Labels[keys.SequenceLabel] = "tenant", "shop"
-	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(stranger).Build(), interceptor.Funcs{
-		Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-			return errors.New("refused")
-		},
+	shared := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}}}}}})
+	team := map[string]string{"team": "a"}
+	cases := map[string]struct {
+		sequence     *string // the pod's sequence label (nil: none)
+		cached, live map[string]string
+		deleting     bool
+		released     bool
+	}{
+		"another namespace's sequence":                        {sequence: ptr.To("shop"), released: true},
+		"another namespace's named sequence":                  {sequence: ptr.To("shop.web"), released: true},
+		"an empty sequence":                                   {sequence: ptr.To(""), released: true},
+		"its namespace's sequence":                            {},
+		"its namespace's named sequence":                      {sequence: ptr.To("tenant.web")},
+		"a shared sequence that selects it":                   {sequence: ptr.To("platform"), cached: team, live: team},
+		"a shared sequence that selected it (cache lags)":     {sequence: ptr.To("platform"), cached: team, released: true},
+		"a shared sequence that selects it (cache lags)":      {sequence: ptr.To("platform"), live: team},
+		"a shared sequence that does not select it":           {sequence: ptr.To("platform"), released: true},
+		"another namespace's sequence, the pod being deleted": {sequence: ptr.To("shop"), deleting: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := gatedPod("intruder", "web", "")
+			pod.Namespace = "tenant"
+			if tc.sequence != nil {
+				pod.Labels[keys.SequenceLabel] = *tc.sequence
+			}
+			if tc.deleting {
+				pod.DeletionTimestamp, pod.Finalizers = ptr.To(metav1.Now()), []string{"example.com/keep"}
+			}
+			ns := func(l map[string]string) *corev1.Namespace {
+				return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Labels: l}}
+			}
+			c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod, ns(tc.cached)).Build()
+			live := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(ns(tc.live)).Build()
+			rec := events.NewFakeRecorder(10)
+			r := &StrangerReconciler{Client: c, APIReader: live, Policies: fixedPolicies{shared}, Recorder: rec, Namespace: "wavegate-system"}
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pod)}); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if HasGate(got) == tc.released {
+				t.Errorf("gated = %v, want %v", HasGate(got), !tc.released)
+			}
+			var evs []string
+			for len(rec.Events) > 0 {
+				evs = append(evs, <-rec.Events)
+			}
+			if tc.released != (len(evs) == 1) || tc.released && !strings.Contains(evs[0], ReasonOutsideSequence+" namespace tenant may not join sequence") {
+				t.Errorf("Events %q, want one %s when released", evs, ReasonOutsideSequence)
+			}
+		})
+	}
+	t.Run("the pod is gone", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+		r := &StrangerReconciler{Client: c, Policies: fixedPolicies{shared}}
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "tenant", Name: "intruder"}}); err != nil {
+			t.Errorf("Reconcile = %v, want nil", err)
+		}
 	})
-	r := &Reconciler{Client: c}
-	if err := r.releaseOutside(ctx, nil, []*corev1.Pod{stranger}, nil, newScope(c, "wavegate-system"), func(string) bool { return false }); err != nil {
-		t.Errorf("releaseOutside = %v, want nil: another namespace's pod must not stop the sequence's pass", err)
+	t.Run("the policies are not loaded yet", func(t *testing.T) {
+		pod := gatedPod("intruder", "web", "")
+		pod.Namespace, pod.Labels[keys.SequenceLabel] = "tenant", "shop"
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build()
+		r := &StrangerReconciler{Client: c, Policies: fixedPolicies{nil}}
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pod)})
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || res.RequeueAfter == 0 || !HasGate(got) {
+			t.Errorf("Reconcile = %+v, %v, gated %v; want a requeue and the pod still gated", res, err, HasGate(got))
+		}
+	})
+}
+
+// TestPodsWakeOnlyTheirSequences: a pod's events wake the pass of the sequence it names only when
+// that may be its sequence; a tenant's pods that name another namespace's sequence keep it no busier.
+func TestPodsWakeOnlyTheirSequences(t *testing.T) {
+	shared := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{
+		Sequences: []wavev1.SharedSequence{{Name: "platform"}}}}})
+	pod := func(sequence string) *corev1.Pod {
+		p := gatedPod("p", "web", "")
+		p.Namespace = "tenant"
+		if sequence != "" {
+			p.Labels[keys.SequenceLabel] = sequence
+		}
+		return p
+	}
+	cases := []struct {
+		idx      *policy.Index
+		pod      *corev1.Pod
+		wakes    bool
+		sequence string
+	}{
+		{idx: shared, pod: pod(""), wakes: true, sequence: "tenant"},
+		{idx: shared, pod: pod("tenant.web"), wakes: true, sequence: "tenant.web"},
+		{idx: shared, pod: pod("platform"), wakes: true, sequence: "platform"},
+		{idx: shared, pod: pod("shop"), sequence: "shop"},
+		{idx: shared, pod: pod("shop.web"), sequence: "shop.web"},
+		{idx: nil, pod: pod("shop"), wakes: true, sequence: "shop"},
+	}
+	for _, tc := range cases {
+		seq, wakes := podSequence(tc.idx, tc.pod)
+		if seq != tc.sequence || wakes != tc.wakes {
+			t.Errorf("podSequence(%s) = %q, %v; want %q, %v", tc.pod.Labels[keys.SequenceLabel], seq, wakes, tc.sequence, tc.wakes)
+		}
 	}
 }
 
@@ -424,8 +533,7 @@ func TestLaggingNamespaceCacheReleasesNothing(t *testing.T) {
 			live := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(liveObjs...).Build()
 			r := &Reconciler{Client: c, APIReader: live}
 			sc := newScope(c, "wavegate-system").withLive(live)
-			fresh := &freshView{r: r, seq: "shop", idx: policy.Compile(nil), scope: sc}
-			if err := r.releaseOutside(ctx, []*corev1.Pod{pod}, nil, nil, sc, fresh.joins(ctx)); err != nil {
+			if err := r.releaseOutside(ctx, []*corev1.Pod{pod}, nil, sc); err != nil {
 				t.Fatal(err)
 			}
 			got := &corev1.Pod{}

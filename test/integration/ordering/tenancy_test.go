@@ -68,6 +68,34 @@ func TestTenantCannotCaptureAnotherSequence(t *testing.T) {
 		Should(Equal("database 1/1 Released, web 0/1 Waiting"))
 }
 
+// TestTenantsSelfGatedPodsAreReleasedApart: a tenant's pod may name another namespace's sequence and
+// carry wavegate's scheduling gate itself (pods are never denied). It is not that sequence's pod: the
+// stranger-pods controller, not the other namespace's passes, removes the gate, and tells the
+// tenant why on the pod.
+func TestTenantsSelfGatedPodsAreReleasedApart(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	victim, tenant := namespace(t), namespace(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: tenant, Labels: withSequence(member("web", 1), victim)},
+		Spec: corev1.PodSpec{SchedulingGates: []corev1.PodSchedulingGate{{Name: keys.SchedulingGate}},
+			Containers: []corev1.Container{{Name: "c", Image: "app"}}},
+	}
+	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	eventuallyUngated(t, pod)
+	g.Eventually(func(g Gomega) []string {
+		var evs eventsv1.EventList
+		g.Expect(env.Client.List(ctx, &evs, client.InNamespace(tenant))).To(Succeed())
+		var notes []string
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Pod" && e.Regarding.Name == pod.Name {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+		}
+		return notes
+	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(sequence.ReasonOutsideSequence + ": namespace " + tenant + " may not join sequence")))
+}
+
 // TestDeclaredSharedSequence: a platform team declares a sequence shared by the namespaces it
 // selects; objects there join it (the database of one team orders the app of another), objects of
 // other namespaces and cluster-scoped objects may not.

@@ -1,0 +1,136 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"wavegate.io/wavegate/pkg/keys"
+	"wavegate.io/wavegate/pkg/members"
+	"wavegate.io/wavegate/pkg/policy"
+)
+
+// ReasonOutsideSequence is the Event on a pod whose scheduling gate was removed because its
+// namespace may not join the sequence it names.
+const ReasonOutsideSequence = "OutsideSequence"
+
+// StrangerReconciler releases the pods that carry wavegate's scheduling gate but name a sequence
+// their namespace may not join: a tenant's pod that gated itself and names another namespace's
+// sequence, or a pod of a namespace that a policy stopped sharing the sequence with. They are not
+// the sequence's pods (sequencePods), so no pass of it releases them, and nothing else would.
+//
+// It is a controller of its own, one pod per reconcile, so that what a tenant writes costs only
+// this queue's time: the passes of the sequence such a pod names are neither woken by it
+// (PodSequence) nor spend a patch on it. When they released such pods, hundreds of self-gated pods
+// naming another namespace's sequence were a patch each inside that sequence's pass, before the
+// ungating of its own group.
+type StrangerReconciler struct {
+	Client client.Client
+	// APIReader reads a namespace's labels before a pod of a shared sequence is released: the
+	// namespace cache can lag the label that lets the namespace join it.
+	APIReader client.Reader
+	Policies  interface{ Index() *policy.Index }
+	Recorder  events.EventRecorder
+	// Namespace is wavegate's own.
+	Namespace string
+
+	policiesChanged chan event.GenericEvent
+}
+
+// Reconcile implements reconcile.Reconciler, for one pod.
+func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &corev1.Pod{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !mayBeStranger(p) {
+		return ctrl.Result{}, nil
+	}
+	idx := r.Policies.Index()
+	if idx == nil {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	seq := members.SequenceOf(p)
+	if idx.Shared(seq) {
+		// Whether the namespace may join depends on its labels: the API server's, not the cache's.
+		sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
+		if !sc.refresh(ctx, p.Namespace) {
+			return ctrl.Result{}, fmt.Errorf("reading namespace %s, to know whether it may join sequence %q", p.Namespace, seq)
+		}
+		if idx.MayJoin(seq, p.Namespace, sc.Labels(ctx, p.Namespace)) {
+			return ctrl.Result{}, nil
+		}
+	}
+	if _, err := removeGateOf(ctx, r.Client, p); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Released a pod of a namespace that may not join the sequence it names", "pod", klog.KObj(p), "sequence", seq)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonOutsideSequence, "Release",
+			"namespace %s may not join sequence %q, so wavegate does not order this pod and removed its scheduling gate %s: "+
+				"name a sequence of the namespace (%s or %s.<name>) in the label %s, or ask a platform team to share the sequence with it",
+			p.Namespace, seq, keys.SchedulingGate, p.Namespace, p.Namespace, keys.SequenceLabel)
+	}
+	return ctrl.Result{}, nil
+}
+
+// mayBeStranger: a pod, not being deleted, with wavegate's gate, that names a sequence other than
+// its namespace's own (only a policy can let it join such a sequence).
+func mayBeStranger(p *corev1.Pod) bool {
+	return HasGate(p) && p.DeletionTimestamp == nil && !policy.OwnSequence(members.SequenceOf(p), p.Namespace)
+}
+
+// PoliciesChanged reconciles every pod that may be a stranger (it does not block): call it once
+// the policies are recompiled, as a shared sequence's declaration may have stopped selecting a
+// namespace.
+func (r *StrangerReconciler) PoliciesChanged() {
+	select {
+	case r.policiesChanged <- event.GenericEvent{}:
+	default: // one is pending already, and lists the pods when it is handled
+	}
+}
+
+// SetupWithManager registers the controller: gated pods that name another namespace's sequence,
+// all of them again when the policies change, and those of a namespace whose labels change.
+func (r *StrangerReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.policiesChanged = make(chan event.GenericEvent, 1)
+	candidates := func(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+		var list corev1.PodList
+		if err := r.Client.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing pods that may name a sequence their namespace may not join")
+			return nil
+		}
+		var out []reconcile.Request
+		for i := range list.Items {
+			if p := &list.Items[i]; mayBeStranger(p) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
+			}
+		}
+		return out
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("stranger-pods").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			p, ok := o.(*corev1.Pod)
+			return ok && mayBeStranger(p)
+		}))).
+		WatchesRawSource(source.Channel(r.policiesChanged, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			return candidates(ctx)
+		}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return candidates(ctx, client.InNamespace(o.GetName()))
+		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Complete(r)
+}
