@@ -84,8 +84,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return nil
 	})
-	byPodSequence := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if seq, ok := podSequence(r.Policies.Index(), o); ok {
+	byPodSequence := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		if seq, ok := podSequence(r.Policies.Index(), o, r.namespaceLabels(ctx, o.GetNamespace())); ok {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: seq}}}
 		}
 		return nil
@@ -143,19 +143,40 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			for _, s := range r.Tracker.SequencesIn(o.GetName()) {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: s}})
 			}
+			// And the shared sequences its gated pods name: one the namespace may join now has pods
+			// whose events podSequence dropped before, and may have no Sequence or member yet.
+			var pods corev1.PodList
+			if err := r.Client.List(ctx, &pods, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err == nil {
+				for i := range pods.Items {
+					if p := &pods.Items[i]; HasGate(p) {
+						reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: members.SequenceOf(p)}})
+					}
+				}
+			}
 			return reqs
 		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }
 
-// podSequence returns the sequence whose pass a pod's events wake: the one it names, if that may be
-// its sequence (its namespace's own, or a shared one). A pod that names another namespace's
-// sequence is never that sequence's (sequencePods) and wakes none of its passes: a tenant's pods
-// must not keep another namespace's sequence busy (StrangerReconciler releases them). Before the
+// podSequence returns the sequence whose pass a pod's events wake: the one it names, if its
+// namespace may join it (its own, or a shared one whose declaration selects the namespace's
+// labels, as the cache shows them). A pod that names a sequence its namespace may not join is never
+// that sequence's (sequencePods) and wakes none of its passes: a tenant's pods must not keep another
+// namespace's sequence busy (StrangerReconciler releases them). Should the cache lag a label that
+// lets the namespace join, the label's change wakes the sequences its gated pods name. Before the
 // policies are loaded (idx nil) every pod wakes the sequence it names.
-func podSequence(idx *policy.Index, o client.Object) (string, bool) {
+func podSequence(idx *policy.Index, o client.Object, nsLabels map[string]string) (string, bool) {
 	seq := members.SequenceOf(o)
-	return seq, idx == nil || policy.OwnSequence(seq, o.GetNamespace()) || idx.Shared(seq)
+	return seq, idx == nil || idx.MayJoin(seq, o.GetNamespace(), nsLabels)
+}
+
+// namespaceLabels returns a namespace's labels as the cache shows them (nil: not there).
+func (r *Reconciler) namespaceLabels(ctx context.Context, name string) map[string]string {
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil
+	}
+	return ns.Labels
 }
 
 // watchedPod is a pod whose events may change what a pass decides: one with wavegate's gate, or

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -33,7 +34,7 @@ const ReasonOutsideSequence = "OutsideSequence"
 //
 // It is a controller of its own, one pod per reconcile, so that what a tenant writes costs only
 // this queue's time: the passes of the sequence such a pod names are neither woken by it
-// (PodSequence) nor spend a patch on it. When they released such pods, hundreds of self-gated pods
+// (podSequence) nor spend a patch on it. When they released such pods, hundreds of self-gated pods
 // naming another namespace's sequence were a patch each inside that sequence's pass, before the
 // ungating of its own group.
 type StrangerReconciler struct {
@@ -73,8 +74,12 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, nil
 		}
 	}
-	if _, err := removeGateOf(ctx, r.Client, p); err != nil {
+	res, err := removeGateOrRead(ctx, r.Client, r.APIReader, p)
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
+	}
+	if res != gateRemoved {
+		return ctrl.Result{}, nil
 	}
 	ctrl.LoggerFrom(ctx).Info("Released a pod of a namespace that may not join the sequence it names", "pod", klog.KObj(p), "sequence", seq)
 	if r.Recorder != nil {
@@ -122,6 +127,9 @@ func (r *StrangerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("stranger-pods").
+		// As many at once as sequences: a tenant's flood of such pods is worked off beside the
+		// pods of a namespace that a policy stopped sharing a sequence with, not before them.
+		WithOptions(controller.Options{MaxConcurrentReconciles: sequenceWorkers}).
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			p, ok := o.(*corev1.Pod)
 			return ok && mayBeStranger(p)

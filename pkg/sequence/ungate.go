@@ -374,32 +374,53 @@ func HasGate(p *corev1.Pod) bool {
 // or the gates changed), the pod is read and, if it is the same pod and still gated, patched once
 // more.
 func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
-	err := r.removeGateAt(ctx, p)
-	if apierrors.IsInvalid(err) && r.APIReader != nil {
-		cur := &corev1.Pod{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		if cur.UID != p.UID {
-			// Another pod now: a pass of its own decides on it.
-			return nil
-		}
-		if !HasGate(cur) || cur.DeletionTimestamp != nil {
-			r.recent.add(p.UID, r.now())
-			return nil
-		}
-		err = r.removeGateAt(ctx, cur)
-	}
+	res, err := removeGateOrRead(ctx, r.Client, r.APIReader, p)
 	if err != nil {
 		return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
 	}
-	r.recent.add(p.UID, r.now())
+	if res == gateRemoved || res == gateNotThere {
+		r.recent.add(p.UID, r.now())
+	}
 	return nil
 }
 
-func (r *Reconciler) removeGateAt(ctx context.Context, p *corev1.Pod) error {
-	_, err := removeGateOf(ctx, r.Client, p)
-	return err
+// gateRemoval is what removeGateOrRead found.
+type gateRemoval int
+
+const (
+	// gateRemoved: this call removed the gate.
+	gateRemoved gateRemoval = iota
+	// gateNotThere: the pod no longer has it (removed before), or is being deleted.
+	gateNotThere
+	// podGone: the pod is gone, or another pod has its name now (a pass of its own decides on it).
+	podGone
+)
+
+// removeGateOrRead removes wavegate's gate from a pod as p shows it; when the API server refuses
+// the patch's test (the cache's pod is not the current one: its gates moved, or another pass
+// removed the gate), it reads the pod from live and goes by what that shows.
+func removeGateOrRead(ctx context.Context, c client.Client, live client.Reader, p *corev1.Pod) (gateRemoval, error) {
+	gone, err := removeGateOf(ctx, c, p)
+	if apierrors.IsInvalid(err) && live != nil {
+		cur := &corev1.Pod{}
+		if err := live.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+			return podGone, client.IgnoreNotFound(err)
+		}
+		if cur.UID != p.UID {
+			return podGone, nil
+		}
+		if !HasGate(cur) || cur.DeletionTimestamp != nil {
+			return gateNotThere, nil
+		}
+		gone, err = removeGateOf(ctx, c, cur)
+	}
+	switch {
+	case err != nil:
+		return 0, err
+	case gone:
+		return podGone, nil
+	}
+	return gateRemoved, nil
 }
 
 // removeGateOf removes wavegate's scheduling gate from a pod, if it still has it where p shows it

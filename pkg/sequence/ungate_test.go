@@ -465,10 +465,11 @@ func TestStrangerPodsAreReleasedApart(t *testing.T) {
 }
 
 // TestPodsWakeOnlyTheirSequences: a pod's events wake the pass of the sequence it names only when
-// that may be its sequence; a tenant's pods that name another namespace's sequence keep it no busier.
+// its namespace may join it; a tenant's pods that name another namespace's sequence, or a shared
+// sequence that does not select it, keep it no busier.
 func TestPodsWakeOnlyTheirSequences(t *testing.T) {
 	shared := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{
-		Sequences: []wavev1.SharedSequence{{Name: "platform"}}}}})
+		Sequences: []wavev1.SharedSequence{{Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}}}}}})
 	pod := func(sequence string) *corev1.Pod {
 		p := gatedPod("p", "web", "")
 		p.Namespace = "tenant"
@@ -477,23 +478,26 @@ func TestPodsWakeOnlyTheirSequences(t *testing.T) {
 		}
 		return p
 	}
+	team := map[string]string{"team": "a"}
 	cases := []struct {
 		idx      *policy.Index
 		pod      *corev1.Pod
+		labels   map[string]string
 		wakes    bool
 		sequence string
 	}{
 		{idx: shared, pod: pod(""), wakes: true, sequence: "tenant"},
 		{idx: shared, pod: pod("tenant.web"), wakes: true, sequence: "tenant.web"},
-		{idx: shared, pod: pod("platform"), wakes: true, sequence: "platform"},
-		{idx: shared, pod: pod("shop"), sequence: "shop"},
+		{idx: shared, pod: pod("platform"), labels: team, wakes: true, sequence: "platform"},
+		{idx: shared, pod: pod("platform"), sequence: "platform"},
+		{idx: shared, pod: pod("shop"), labels: team, sequence: "shop"},
 		{idx: shared, pod: pod("shop.web"), sequence: "shop.web"},
 		{idx: nil, pod: pod("shop"), wakes: true, sequence: "shop"},
 	}
 	for _, tc := range cases {
-		seq, wakes := podSequence(tc.idx, tc.pod)
+		seq, wakes := podSequence(tc.idx, tc.pod, tc.labels)
 		if seq != tc.sequence || wakes != tc.wakes {
-			t.Errorf("podSequence(%s) = %q, %v; want %q, %v", tc.pod.Labels[keys.SequenceLabel], seq, wakes, tc.sequence, tc.wakes)
+			t.Errorf("podSequence(%s, %v) = %q, %v; want %q, %v", tc.pod.Labels[keys.SequenceLabel], tc.labels, seq, wakes, tc.sequence, tc.wakes)
 		}
 	}
 }

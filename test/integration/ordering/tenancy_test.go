@@ -96,6 +96,54 @@ func TestTenantsSelfGatedPodsAreReleasedApart(t *testing.T) {
 	}).WithTimeout(timeout).Should(ContainElement(HavePrefix(sequence.ReasonOutsideSequence + ": namespace " + tenant + " may not join sequence")))
 }
 
+// TestPodsOfANamespaceThatMayNoLongerJoinAreReleased: a shared sequence's pod waits for an earlier
+// group's member of another namespace. Once its namespace may no longer join the sequence (its
+// labels no longer match the declaration's selector, or the declaration changes), nothing orders
+// the pod, and the stranger-pods controller releases it; the sequence's passes leave it alone.
+func TestPodsOfANamespaceThatMayNoLongerJoinAreReleased(t *testing.T) {
+	for _, how := range []string{"namespace relabeled", "declaration changed"} {
+		t.Run(how, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			team := "t" + rand.String(6)
+			shared := "platform-" + team
+			selects := &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}
+			p := &wavev1.WavePolicy{ObjectMeta: metav1.ObjectMeta{Name: shared}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+				Name: shared, NamespaceSelector: selects}}}}
+			g.Expect(env.Client.Create(ctx, p)).To(Succeed())
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, p) })
+			a, b := namespace(t), namespace(t)
+			for _, ns := range []string{a, b} {
+				n := &corev1.Namespace{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+				n.Labels["team"] = team
+				g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+			}
+			// The database never becomes ready here (no Deployment controller runs).
+			db := deployment(a, "db", withSequence(member("database", 0), shared))
+			g.Eventually(func() error { return env.Client.Create(ctx, db) }).WithTimeout(timeout).Should(Succeed())
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: b, Labels: withSequence(member("web", 1), shared)},
+				Spec: podSpec("web")}
+			g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+			g.Expect(gated(g, pod)).To(BeTrue(), "admission gates the shared sequence's pod")
+			expectGated(t, pod)
+
+			switch how {
+			case "namespace relabeled":
+				n := &corev1.Namespace{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: b}, n)).To(Succeed())
+				delete(n.Labels, "team")
+				g.Expect(env.Client.Update(ctx, n)).To(Succeed())
+			case "declaration changed":
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(p), p)).To(Succeed())
+				p.Spec.Sequences[0].NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: a}}
+				g.Expect(env.Client.Update(ctx, p)).To(Succeed())
+			}
+			eventuallyUngated(t, pod)
+		})
+	}
+}
+
 // TestDeclaredSharedSequence: a platform team declares a sequence shared by the namespaces it
 // selects; objects there join it (the database of one team orders the app of another), objects of
 // other namespaces and cluster-scoped objects may not.
