@@ -108,7 +108,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return sequencesOf(ctx)
 	})
 	r.policiesChanged = func() {
-		for _, req := range sequencesOf(context.Background()) {
+		ctx := context.Background()
+		for _, req := range sequencesOf(ctx) {
+			src.onChange(req.Name)
+		}
+		// And the sequences gated pods name: a pod whose events podSequence dropped on the old
+		// policies may be a sequence's now, one with no Sequence object yet.
+		for _, req := range gatedPodsSequences(ctx, r.Client) {
 			src.onChange(req.Name)
 		}
 	}
@@ -145,15 +151,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			}
 			// And the shared sequences its gated pods name: one the namespace may join now has pods
 			// whose events podSequence dropped before, and may have no Sequence or member yet.
-			var pods corev1.PodList
-			if err := r.Client.List(ctx, &pods, client.InNamespace(o.GetName()), client.UnsafeDisableDeepCopy); err == nil {
-				for i := range pods.Items {
-					if p := &pods.Items[i]; HasGate(p) {
-						reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: members.SequenceOf(p)}})
-					}
-				}
-			}
-			return reqs
+			return append(reqs, gatedPodsSequences(ctx, r.Client, client.InNamespace(o.GetName()))...)
 		}), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Complete(r)
 }
@@ -168,6 +166,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func podSequence(idx *policy.Index, o client.Object, nsLabels map[string]string) (string, bool) {
 	seq := members.SequenceOf(o)
 	return seq, idx == nil || idx.MayJoin(seq, o.GetNamespace(), nsLabels)
+}
+
+// gatedPodsSequences returns the sequences that the cached gated pods name (opts narrow the list).
+func gatedPodsSequences(ctx context.Context, c client.Reader, opts ...client.ListOption) []reconcile.Request {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []reconcile.Request
+	for i := range pods.Items {
+		if p := &pods.Items[i]; HasGate(p) && !seen[members.SequenceOf(p)] {
+			seen[members.SequenceOf(p)] = true
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: members.SequenceOf(p)}})
+		}
+	}
+	return out
 }
 
 // namespaceLabels returns a namespace's labels as the cache shows them (nil: not there).

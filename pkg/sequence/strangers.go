@@ -46,6 +46,8 @@ type StrangerReconciler struct {
 	Recorder  events.EventRecorder
 	// Namespace is wavegate's own.
 	Namespace string
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 
 	policiesChanged chan event.GenericEvent
 }
@@ -74,6 +76,12 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, nil
 		}
 	}
+	// Another replica's webhook may have gated the pod on a policy this manager has not loaded yet
+	// (a shared sequence declared in the same apply as the pod): a young pod is judged once that
+	// policy has had time to arrive.
+	if wait := p.CreationTimestamp.Add(strangerGrace).Sub(r.now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	res, err := removeGateOrRead(ctx, r.Client, r.APIReader, p)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
@@ -89,6 +97,18 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			p.Namespace, seq, keys.SchedulingGate, p.Namespace, p.Namespace, keys.SequenceLabel)
 	}
 	return ctrl.Result{}, nil
+}
+
+// strangerGrace is how old a pod must be (by its creationTimestamp, in whole seconds) before it is
+// released as a stranger: longer than the manager's replicas take to load a policy one of them
+// admitted a pod by.
+const strangerGrace = 3 * time.Second
+
+func (r *StrangerReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
 }
 
 // mayBeStranger: a pod, not being deleted, with wavegate's gate, that names a sequence other than

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -441,6 +442,34 @@ func TestStrangerPodsAreReleasedApart(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the pod was created a moment ago", func(t *testing.T) {
+		pod := gatedPod("intruder", "web", "")
+		pod.Namespace, pod.Labels[keys.SequenceLabel] = "tenant", "shop"
+		created := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
+		pod.CreationTimestamp = metav1.NewTime(created)
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod).Build()
+		now := created.Add(time.Second)
+		r := &StrangerReconciler{Client: c, Policies: fixedPolicies{shared}, Now: func() time.Time { return now }}
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pod)})
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		if err != nil || res.RequeueAfter != strangerGrace-time.Second || !HasGate(got) {
+			t.Errorf("Reconcile = %+v, %v, gated %v; want a requeue after %s and the pod still gated (another replica may have gated it on a policy not loaded here yet)",
+				res, err, HasGate(got), strangerGrace-time.Second)
+		}
+		now = created.Add(strangerGrace)
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pod)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			t.Fatal(err)
+		}
+		if HasGate(got) {
+			t.Error("still gated once the grace is over")
+		}
+	})
 	t.Run("the pod is gone", func(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
 		r := &StrangerReconciler{Client: c, Policies: fixedPolicies{shared}}
