@@ -66,7 +66,8 @@ func (s *trackerSource) start(_ context.Context, q workqueue.TypedRateLimitingIn
 // change that moves nothing else (a timeout) would then wait for an unrelated event.
 func (r *Reconciler) PoliciesChanged() {
 	if r.policiesChanged != nil {
-		r.policiesChanged()
+		// It lists every cached Sequence and pod: not in the caller's event handler.
+		go r.policiesChanged()
 	}
 }
 
@@ -172,6 +173,7 @@ func podSequence(idx *policy.Index, o client.Object, nsLabels map[string]string)
 func gatedPodsSequences(ctx context.Context, c client.Reader, opts ...client.ListOption) []reconcile.Request {
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing gated pods, to wake the sequences they name")
 		return nil
 	}
 	seen := map[string]bool{}

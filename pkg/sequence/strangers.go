@@ -3,6 +3,7 @@ package sequence
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
 	"wavegate.io/wavegate/pkg/members"
 	"wavegate.io/wavegate/pkg/policy"
@@ -65,22 +67,38 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if idx == nil {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	// Another replica's webhook may have gated the pod by a policy this manager has not loaded yet
+	// (a shared sequence declared in the same apply as the pod): a young pod is judged once that
+	// policy has had time to arrive, and on the API server's policies until it is older still.
+	age := r.now().Sub(p.CreationTimestamp.Time)
+	if age < strangerGrace {
+		return ctrl.Result{RequeueAfter: strangerGrace - age}, nil
+	}
 	seq := members.SequenceOf(p)
+	// On the cache first, with no request: a pod that its namespace may join is its sequence's (a
+	// change of the namespace's labels or of the policies brings it back here).
+	sc := newScope(r.Client, r.Namespace)
+	if idx.MayJoin(seq, p.Namespace, sc.Labels(ctx, p.Namespace)) {
+		return ctrl.Result{}, nil
+	}
+	// Released only on the API server's word: the namespace's labels, and for a young pod the
+	// policies too.
+	if age < strangerConfirm && r.APIReader != nil {
+		var list wavev1.WavePolicyList
+		if err := r.APIReader.List(ctx, &list); err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading the WavePolicies, to know whether namespace %s may join sequence %q: %w", p.Namespace, seq, err)
+		}
+		idx = policy.Compile(list.Items)
+	}
 	if idx.Shared(seq) {
-		// Whether the namespace may join depends on its labels: the API server's, not the cache's.
-		sc := newScope(r.Client, r.Namespace).withLive(r.APIReader)
+		sc = sc.withLive(r.APIReader)
 		if !sc.refresh(ctx, p.Namespace) {
 			return ctrl.Result{}, fmt.Errorf("reading namespace %s, to know whether it may join sequence %q", p.Namespace, seq)
 		}
 		if idx.MayJoin(seq, p.Namespace, sc.Labels(ctx, p.Namespace)) {
-			return ctrl.Result{}, nil
+			// The cache lags: it is judged again once the cache agrees either way.
+			return ctrl.Result{RequeueAfter: strangerGrace}, nil
 		}
-	}
-	// Another replica's webhook may have gated the pod on a policy this manager has not loaded yet
-	// (a shared sequence declared in the same apply as the pod): a young pod is judged once that
-	// policy has had time to arrive.
-	if wait := p.CreationTimestamp.Add(strangerGrace).Sub(r.now()); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	res, err := removeGateOrRead(ctx, r.Client, r.APIReader, p)
 	if err != nil {
@@ -99,10 +117,14 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return ctrl.Result{}, nil
 }
 
-// strangerGrace is how old a pod must be (by its creationTimestamp, in whole seconds) before it is
-// released as a stranger: longer than the manager's replicas take to load a policy one of them
-// admitted a pod by.
-const strangerGrace = 3 * time.Second
+// A pod is released as a stranger once it is strangerGrace old (by its creationTimestamp, which
+// is in whole seconds: 4-5 s after its creation), and until it is strangerConfirm old only once
+// the policies read from the API server agree: another replica may have admitted it by a policy
+// this manager has not loaded yet.
+const (
+	strangerGrace   = 4 * time.Second
+	strangerConfirm = time.Minute
+)
 
 func (r *StrangerReconciler) now() time.Time {
 	if r.Now != nil {
@@ -115,6 +137,23 @@ func (r *StrangerReconciler) now() time.Time {
 // its namespace's own (only a policy can let it join such a sequence).
 func mayBeStranger(p *corev1.Pod) bool {
 	return HasGate(p) && p.DeletionTimestamp == nil && !policy.OwnSequence(members.SequenceOf(p), p.Namespace)
+}
+
+// strangerEvents passes a pod's creation as a candidate, and of its updates only those that make
+// it one or change its labels (not the scheduler's SchedulingGated condition): what else decides
+// (the namespace's labels, the policies) has watches of its own.
+var strangerEvents = predicate.Funcs{
+	CreateFunc:  func(e event.CreateEvent) bool { return candidate(e.Object) },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(e event.GenericEvent) bool { return candidate(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return candidate(e.ObjectNew) && (!candidate(e.ObjectOld) || !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()))
+	},
+}
+
+func candidate(o client.Object) bool {
+	p, ok := o.(*corev1.Pod)
+	return ok && mayBeStranger(p)
 }
 
 // PoliciesChanged reconciles every pod that may be a stranger (it does not block): call it once
@@ -150,10 +189,7 @@ func (r *StrangerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// As many at once as sequences: a tenant's flood of such pods is worked off beside the
 		// pods of a namespace that a policy stopped sharing a sequence with, not before them.
 		WithOptions(controller.Options{MaxConcurrentReconciles: sequenceWorkers}).
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			p, ok := o.(*corev1.Pod)
-			return ok && mayBeStranger(p)
-		}))).
+		For(&corev1.Pod{}, builder.WithPredicates(strangerEvents)).
 		WatchesRawSource(source.Channel(r.policiesChanged, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 			return candidates(ctx)
 		}))).

@@ -378,7 +378,7 @@ func (r *Reconciler) removeGate(ctx context.Context, p *corev1.Pod) error {
 	if err != nil {
 		return fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
 	}
-	if res == gateRemoved || res == gateNotThere {
+	if res != podReplaced {
 		r.recent.add(p.UID, r.now())
 	}
 	return nil
@@ -392,40 +392,36 @@ const (
 	gateRemoved gateRemoval = iota
 	// gateNotThere: the pod no longer has it (removed before), or is being deleted.
 	gateNotThere
-	// podGone: the pod is gone, or another pod has its name now (a pass of its own decides on it).
+	// podGone: the pod is gone.
 	podGone
+	// podReplaced: another pod has its name now (a pass of its own decides on it).
+	podReplaced
 )
 
 // removeGateOrRead removes wavegate's gate from a pod as p shows it; when the API server refuses
 // the patch's test (the cache's pod is not the current one: its gates moved, or another pass
 // removed the gate), it reads the pod from live and goes by what that shows.
 func removeGateOrRead(ctx context.Context, c client.Client, live client.Reader, p *corev1.Pod) (gateRemoval, error) {
-	gone, err := removeGateOf(ctx, c, p)
+	res, err := removeGateOf(ctx, c, p)
 	if apierrors.IsInvalid(err) && live != nil {
 		cur := &corev1.Pod{}
 		if err := live.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 			return podGone, client.IgnoreNotFound(err)
 		}
 		if cur.UID != p.UID {
-			return podGone, nil
+			return podReplaced, nil
 		}
-		if !HasGate(cur) || cur.DeletionTimestamp != nil {
+		if cur.DeletionTimestamp != nil {
 			return gateNotThere, nil
 		}
-		gone, err = removeGateOf(ctx, c, cur)
+		res, err = removeGateOf(ctx, c, cur)
 	}
-	switch {
-	case err != nil:
-		return 0, err
-	case gone:
-		return podGone, nil
-	}
-	return gateRemoved, nil
+	return res, err
 }
 
 // removeGateOf removes wavegate's scheduling gate from a pod, if it still has it where p shows it
-// (the patch tests the pod's UID and the gate: Invalid otherwise). gone: the pod is.
-func removeGateOf(ctx context.Context, c client.Client, p *corev1.Pod) (gone bool, err error) {
+// (the patch tests the pod's UID and the gate: Invalid otherwise).
+func removeGateOf(ctx context.Context, c client.Client, p *corev1.Pod) (gateRemoval, error) {
 	for i, g := range p.Spec.SchedulingGates {
 		if g.Name != keys.SchedulingGate {
 			continue
@@ -439,9 +435,15 @@ func removeGateOf(ctx context.Context, c client.Client, p *corev1.Pod) (gone boo
 		// elsewhere, and only its metadata is asked for.
 		target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}
 		target.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
-		return patchJSON(ctx, c, target, ops...)
+		switch gone, err := patchJSON(ctx, c, target, ops...); {
+		case err != nil:
+			return 0, err
+		case gone:
+			return podGone, nil
+		}
+		return gateRemoved, nil
 	}
-	return false, nil
+	return gateNotThere, nil
 }
 
 // recentReleases are the pods whose gate this manager removed and whose update its cache may not

@@ -383,7 +383,8 @@ func TestPodsOfOtherNamespacesAreNotTheSequences(t *testing.T) {
 // TestStrangerPodsAreReleasedApart: StrangerReconciler removes wavegate's gate from a pod that
 // names a sequence its namespace may not join (and says so in an Event on the pod), and from no
 // other: a pod of its namespace's own sequences, or of a shared sequence that the namespace's
-// labels on the API server let it join (the cache may lag them either way), is its sequence's.
+// labels let it join, is its sequence's. Released only when the API server's labels agree; one the
+// cache still shows selected waits for the cache's label change, which brings it back.
 func TestStrangerPodsAreReleasedApart(t *testing.T) {
 	ctx := context.Background()
 	shared := policy.Compile([]wavev1.WavePolicy{{ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{
@@ -401,7 +402,7 @@ func TestStrangerPodsAreReleasedApart(t *testing.T) {
 		"its namespace's sequence":                            {},
 		"its namespace's named sequence":                      {sequence: ptr.To("tenant.web")},
 		"a shared sequence that selects it":                   {sequence: ptr.To("platform"), cached: team, live: team},
-		"a shared sequence that selected it (cache lags)":     {sequence: ptr.To("platform"), cached: team, released: true},
+		"a shared sequence that selected it (cache lags)":     {sequence: ptr.To("platform"), cached: team}, // until the cache's label change
 		"a shared sequence that selects it (cache lags)":      {sequence: ptr.To("platform"), live: team},
 		"a shared sequence that does not select it":           {sequence: ptr.To("platform"), released: true},
 		"another namespace's sequence, the pod being deleted": {sequence: ptr.To("shop"), deleting: true},
@@ -468,6 +469,38 @@ func TestStrangerPodsAreReleasedApart(t *testing.T) {
 		}
 		if HasGate(got) {
 			t.Error("still gated once the grace is over")
+		}
+	})
+	t.Run("a young pod of a sequence the API server's policies share with its namespace", func(t *testing.T) {
+		// The cache has no policy yet; another replica admitted the pod by the one it had loaded.
+		pod := gatedPod("member", "web", "")
+		pod.Namespace, pod.Labels[keys.SequenceLabel] = "tenant", "platform"
+		created := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
+		pod.CreationTimestamp = metav1.NewTime(created)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Labels: team}}
+		c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(pod, ns).Build()
+		live := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(ns.DeepCopy(), &wavev1.WavePolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "platform"}, Spec: wavev1.WavePolicySpec{Sequences: []wavev1.SharedSequence{{
+				Name: "platform", NamespaceSelector: &metav1.LabelSelector{MatchLabels: team}}}}}).Build()
+		now := created.Add(10 * time.Second)
+		r := &StrangerReconciler{Client: c, APIReader: live, Policies: fixedPolicies{policy.Compile(nil)}, Now: func() time.Time { return now }}
+		gatedAfter := func() bool {
+			t.Helper()
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pod)}); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			return HasGate(got)
+		}
+		if !gatedAfter() {
+			t.Fatal("released on the cache's policies while the API server's share the sequence with the namespace")
+		}
+		now = created.Add(strangerConfirm)
+		if gatedAfter() {
+			t.Error("still gated once the pod is old enough to be judged on the cache alone")
 		}
 	})
 	t.Run("the pod is gone", func(t *testing.T) {
