@@ -29,7 +29,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +45,13 @@ import (
 	"wavegate.io/wavegate/pkg/sequence"
 	"wavegate.io/wavegate/pkg/teardown"
 	"wavegate.io/wavegate/pkg/webhookconfig"
+)
+
+// strangerQPS and strangerBurst bound the stranger-pods controller's requests (a live read of the
+// WavePolicies, of a namespace and a gate removal per pod it releases), apart from the manager's.
+const (
+	strangerQPS   = 10
+	strangerBurst = 20
 )
 
 // Scheme knows the built-in kinds and wavegate's API.
@@ -210,8 +219,16 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	}
 	// A policy's new group label is tracked at once: its members exist for the plan. And every
 	// sequence is planned again on the new policies (a waiting group's new timeout, say).
-	strangers := &sequence.StrangerReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Policies: store,
-		Recorder: mgr.GetEventRecorder("wavegate"), Namespace: cfg.Namespace}
+	// The stranger-pods controller's requests go through a client with a rate limit of its own: a
+	// tenant's flood of such pods must not spend the budget of every sequence's gate removals.
+	strangersConfig := rest.CopyConfig(mgr.GetConfig())
+	strangersConfig.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(strangerQPS, strangerBurst)
+	strangersClient, err := client.New(strangersConfig, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("creating the stranger pod controller's client: %w", err)
+	}
+	strangers := &sequence.StrangerReconciler{Client: mgr.GetClient(), APIReader: strangersClient, Writer: strangersClient,
+		Policies: store, Recorder: mgr.GetEventRecorder("wavegate"), Namespace: cfg.Namespace}
 	if err := strangers.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the stranger pod controller: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -96,6 +97,7 @@ type Reconciler struct {
 	SettleMax time.Duration
 
 	policiesChanged func()
+	policiesPending atomic.Bool
 
 	recent       recentReleases
 	created      recentCreations

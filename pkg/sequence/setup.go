@@ -65,10 +65,15 @@ func (s *trackerSource) start(_ context.Context, q workqueue.TypedRateLimitingIn
 // recompiled. The WavePolicy watch may run its passes before that, on the old index, and a
 // change that moves nothing else (a timeout) would then wait for an unrelated event.
 func (r *Reconciler) PoliciesChanged() {
-	if r.policiesChanged != nil {
-		// It lists every cached Sequence and pod: not in the caller's event handler.
-		go r.policiesChanged()
+	// It lists every cached Sequence and pod: not in the caller's event handler, and once for a
+	// burst of changes (one pending lists what holds when it runs).
+	if r.policiesChanged == nil || r.policiesPending.Swap(true) {
+		return
 	}
+	go func() {
+		r.policiesPending.Store(false)
+		r.policiesChanged()
+	}()
 }
 
 // sequenceWorkers is how many sequences are reconciled at once.

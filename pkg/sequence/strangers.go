@@ -39,13 +39,20 @@ const ReasonOutsideSequence = "OutsideSequence"
 // (podSequence) nor spend a patch on it. When they released such pods, hundreds of self-gated pods
 // naming another namespace's sequence were a patch each inside that sequence's pass, before the
 // ungating of its own group.
+//
+// What a tenant's pods make it do costs requests of its own too: the manager gives it a client with
+// a rate limit of its own (Writer, APIReader), so that a flood of such pods never spends the budget
+// of the sequences' gate removals.
 type StrangerReconciler struct {
+	// Client reads from the manager's cache.
 	Client client.Client
-	// APIReader reads a namespace's labels before a pod of a shared sequence is released: the
-	// namespace cache can lag the label that lets the namespace join it.
+	// APIReader reads what a release is decided on from the API server: the WavePolicies, and a
+	// namespace's labels (the caches can lag either).
 	APIReader client.Reader
-	Policies  interface{ Index() *policy.Index }
-	Recorder  events.EventRecorder
+	// Writer removes the gates (nil: Client).
+	Writer   client.Client
+	Policies interface{ Index() *policy.Index }
+	Recorder events.EventRecorder
 	// Namespace is wavegate's own.
 	Namespace string
 	// Now is the clock (nil: time.Now).
@@ -69,7 +76,7 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	// Another replica's webhook may have gated the pod by a policy this manager has not loaded yet
 	// (a shared sequence declared in the same apply as the pod): a young pod is judged once that
-	// policy has had time to arrive, and on the API server's policies until it is older still.
+	// policy has had time to arrive here too.
 	age := r.now().Sub(p.CreationTimestamp.Time)
 	if age < strangerGrace {
 		return ctrl.Result{RequeueAfter: strangerGrace - age}, nil
@@ -81,9 +88,9 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	if idx.MayJoin(seq, p.Namespace, sc.Labels(ctx, p.Namespace)) {
 		return ctrl.Result{}, nil
 	}
-	// Released only on the API server's word: the namespace's labels, and for a young pod the
-	// policies too.
-	if age < strangerConfirm && r.APIReader != nil {
+	// Released only on the API server's word: the policies (the cache's could pair an old selector
+	// with a namespace's new labels, a view that never was) and the namespace's labels.
+	if r.APIReader != nil {
 		var list wavev1.WavePolicyList
 		if err := r.APIReader.List(ctx, &list); err != nil {
 			return ctrl.Result{}, fmt.Errorf("reading the WavePolicies, to know whether namespace %s may join sequence %q: %w", p.Namespace, seq, err)
@@ -100,7 +107,11 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{RequeueAfter: strangerGrace}, nil
 		}
 	}
-	res, err := removeGateOrRead(ctx, r.Client, r.APIReader, p)
+	w := r.Writer
+	if w == nil {
+		w = r.Client
+	}
+	res, err := removeGateOrRead(ctx, w, r.APIReader, p)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing the scheduling gate of %s: %w", klog.KObj(p), err)
 	}
@@ -117,14 +128,10 @@ func (r *StrangerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	return ctrl.Result{}, nil
 }
 
-// A pod is released as a stranger once it is strangerGrace old (by its creationTimestamp, which
-// is in whole seconds: 4-5 s after its creation), and until it is strangerConfirm old only once
-// the policies read from the API server agree: another replica may have admitted it by a policy
+// strangerGrace: a pod is released as a stranger once it is this old by its creationTimestamp
+// (whole seconds: 3-4 s after its creation). Another replica may have admitted it by a policy
 // this manager has not loaded yet.
-const (
-	strangerGrace   = 4 * time.Second
-	strangerConfirm = time.Minute
-)
+const strangerGrace = 4 * time.Second
 
 func (r *StrangerReconciler) now() time.Time {
 	if r.Now != nil {
