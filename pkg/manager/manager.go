@@ -217,8 +217,6 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := sequences.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the sequence controller: %w", err)
 	}
-	// A policy's new group label is tracked at once: its members exist for the plan. And every
-	// sequence is planned again on the new policies (a waiting group's new timeout, say).
 	// The stranger-pods controller's requests go through a client with a rate limit of its own: a
 	// tenant's flood of such pods must not spend the budget of every sequence's gate removals.
 	strangersConfig := rest.CopyConfig(mgr.GetConfig())
@@ -232,6 +230,9 @@ func Setup(mgr ctrl.Manager, cfg Config) (*Wavegate, error) {
 	if err := strangers.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the stranger pod controller: %w", err)
 	}
+	// A policy's new group label is tracked at once: its members exist for the plan. And every
+	// sequence is planned again on the new policies (a waiting group's new timeout, say), and
+	// every gated pod that may be a stranger judged again.
 	store.OnChange = func() {
 		tracker.Relabel()
 		sequences.PoliciesChanged()

@@ -91,7 +91,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return nil
 	})
 	byPodSequence := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-		if seq, ok := podSequence(r.Policies.Index(), o, r.namespaceLabels(ctx, o.GetNamespace())); ok {
+		if seq, ok := podSequence(r.Policies.Index(), o, newScope(r.Client, r.Namespace).Labels(ctx, o.GetNamespace())); ok {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: seq}}}
 		}
 		return nil
@@ -176,29 +176,33 @@ func podSequence(idx *policy.Index, o client.Object, nsLabels map[string]string)
 
 // gatedPodsSequences returns the sequences that the cached gated pods name (opts narrow the list).
 func gatedPodsSequences(ctx context.Context, c client.Reader, opts ...client.ListOption) []reconcile.Request {
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing gated pods, to wake the sequences they name")
-		return nil
-	}
 	seen := map[string]bool{}
 	var out []reconcile.Request
-	for i := range pods.Items {
-		if p := &pods.Items[i]; HasGate(p) && !seen[members.SequenceOf(p)] {
-			seen[members.SequenceOf(p)] = true
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: members.SequenceOf(p)}})
+	for _, p := range cachedGatedPods(ctx, c, opts...) {
+		if seq := members.SequenceOf(p); !seen[seq] {
+			seen[seq] = true
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: seq}})
 		}
 	}
 	return out
 }
 
-// namespaceLabels returns a namespace's labels as the cache shows them (nil: not there).
-func (r *Reconciler) namespaceLabels(ctx context.Context, name string) map[string]string {
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+// cachedGatedPods lists the cached pods that carry wavegate's gate (opts narrow the list), without
+// copying them: they are only read. A failure is logged and lists none: it is called from event
+// handlers, which cannot retry.
+func cachedGatedPods(ctx context.Context, c client.Reader, opts ...client.ListOption) []*corev1.Pod {
+	var list corev1.PodList
+	if err := c.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the cached pods that carry wavegate's scheduling gate")
 		return nil
 	}
-	return ns.Labels
+	var out []*corev1.Pod
+	for i := range list.Items {
+		if p := &list.Items[i]; HasGate(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // watchedPod is a pod whose events may change what a pass decides: one with wavegate's gate, or

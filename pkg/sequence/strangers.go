@@ -178,14 +178,9 @@ func (r *StrangerReconciler) PoliciesChanged() {
 func (r *StrangerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.policiesChanged = make(chan event.GenericEvent, 1)
 	candidates := func(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
-		var list corev1.PodList
-		if err := r.Client.List(ctx, &list, append(opts, client.UnsafeDisableDeepCopy)...); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Listing pods that may name a sequence their namespace may not join")
-			return nil
-		}
 		var out []reconcile.Request
-		for i := range list.Items {
-			if p := &list.Items[i]; mayBeStranger(p) {
+		for _, p := range cachedGatedPods(ctx, r.Client, opts...) {
+			if mayBeStranger(p) {
 				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(p)})
 			}
 		}

@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	wavev1 "wavegate.io/wavegate/pkg/api/v1alpha1"
 	"wavegate.io/wavegate/pkg/keys"
@@ -562,6 +564,38 @@ func TestPodsWakeOnlyTheirSequences(t *testing.T) {
 		if seq != tc.sequence || wakes != tc.wakes {
 			t.Errorf("podSequence(%s, %v) = %q, %v; want %q, %v", tc.pod.Labels[keys.SequenceLabel], tc.labels, seq, wakes, tc.sequence, tc.wakes)
 		}
+	}
+}
+
+// TestGatedPodsWakeTheSequencesTheyName: a namespace's label change or a policy change wakes the
+// sequences its gated pods name, once each (a pod whose event podSequence dropped on stale labels
+// or policies may be that sequence's now); pods without the gate wake none.
+func TestGatedPodsWakeTheSequencesTheyName(t *testing.T) {
+	pod := func(ns, name, seq string, gated bool) client.Object {
+		p := gatedPod(name, "web", "")
+		p.Namespace, p.Labels[keys.SequenceLabel] = ns, seq
+		if !gated {
+			p.Spec.SchedulingGates = nil
+		}
+		return p
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(
+		pod("a", "1", "platform", true), pod("a", "2", "platform", true), pod("a", "3", "a", true),
+		pod("a", "4", "other", false), pod("b", "5", "b.web", true)).Build()
+	names := func(reqs []reconcile.Request) []string {
+		var out []string
+		for _, r := range reqs {
+			out = append(out, r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ctx := context.Background()
+	if diff := cmp.Diff([]string{"a", "b.web", "platform"}, names(gatedPodsSequences(ctx, c))); diff != "" {
+		t.Errorf("every namespace (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"a", "platform"}, names(gatedPodsSequences(ctx, c, client.InNamespace("a")))); diff != "" {
+		t.Errorf("namespace a (-want +got):\n%s", diff)
 	}
 }
 
